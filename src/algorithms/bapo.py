@@ -1,0 +1,239 @@
+"""BAPO's adaptive clipping bounds (Algorithm 1 of arXiv 2510.18927).
+
+Two implementations with one signature:
+- `adaptive_bounds_reference`: the literal while-loop, one tensor pass per candidate.
+- `adaptive_bounds`: the same answer from a single pass. The loop visits a fixed
+  sequence of (c_low, c_high) grid pairs, and each token is admitted (A>0) or filtered
+  (A<0) at the first grid value that crosses its ratio, so bucketing tokens by that index
+  and taking cumulative sums gives rho for every candidate at once.
+
+`c_low`/`c_high` are absolute ratio bounds; rho is the positive tokens' share of the
+policy-gradient magnitude (default) or of the surrogate value (literal Eq. 8).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from src.algorithms._checks import as_bool_mask, broadcast_advantages, check_finite
+
+CONTRIBUTIONS = ("gradient", "value")
+ORDERS = ("paper", "official")
+WEIGHTINGS = (None, "uniform", "rollout_prob")
+_GRID_TOL = 1e-9  # candidate <= bound comparisons; candidates are never accumulated
+_TARGET_TOL = 1e-12  # rho >= rho0 up to summation-order rounding, same in both searches
+
+
+@dataclass(frozen=True)
+class BoundsResult:
+    c_low: float
+    c_high: float
+    rho: float  # at the returned bounds; nan when undefined
+    reached: bool  # rho >= rho0 at the returned bounds
+    steps: int  # loop iterations taken (index of the returned pair in the visit order)
+    rho_start: float = math.nan  # at the start bounds, before the search
+    undefined: bool = False  # no loss-bearing token has A != 0: start bounds kept
+
+
+def _grid(start: float, stop: float, step: float, *, clamp_last: bool) -> list[float]:
+    # Same test as the reference loop's guard, `start + i*step <= stop + _GRID_TOL`
+    # (an absolute tolerance), so both searches see the same candidates.
+    count = max(0, math.floor((stop - start) / step))
+    while start + (count + 1) * step <= stop + _GRID_TOL:
+        count += 1
+    while count > 0 and start + count * step > stop + _GRID_TOL:
+        count -= 1
+    values = [start + i * step for i in range(count + 1)]
+    if clamp_last and values[-1] < stop - _GRID_TOL:
+        values.append(stop)  # the official recipe clamps its last step to the max
+    return values
+
+
+def _validate(rho0, low_start, low_max, high_start, high_max, high_step, low_step,
+              contribution, order) -> None:
+    if not 0.0 < rho0 < 1.0:
+        raise ValueError(f"rho0 must be in (0, 1), got {rho0}")
+    if not 0.0 < low_start <= low_max:
+        raise ValueError(f"need 0 < low_start <= low_max, got low_start={low_start}, low_max={low_max}")
+    if not high_start <= high_max:
+        raise ValueError(f"need high_start <= high_max, got high_start={high_start}, high_max={high_max}")
+    if not low_max < high_start:
+        raise ValueError(f"need low_max < high_start so c_low < c_high, got {low_max} >= {high_start}")
+    if not (high_step > 0 and low_step > 0):
+        raise ValueError(f"high_step and low_step must be > 0, got {high_step}, {low_step}")
+    if contribution not in CONTRIBUTIONS:
+        raise ValueError(f"contribution must be one of {CONTRIBUTIONS}, got {contribution!r}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+
+
+def _visit_order(n_low: int, n_high: int, order: str) -> list[tuple[int, int]]:
+    """(low index, high index) pairs in the order Algorithm 1 (or the recipe) visits them."""
+    if order == "paper":
+        if n_low < 2:  # the loop guard `c_low + step_low <= b_low` fails at once
+            return [(0, 0)]
+        return [(0, i) for i in range(n_high)] + [(j, n_high - 1) for j in range(1, n_low)]
+    return [(j, 0) for j in range(n_low)] + [(n_low - 1, i) for i in range(1, n_high)]
+
+
+def _token_weights(weights, like: Tensor, logp_behavior: Tensor | None) -> Tensor | None:
+    if weights is None or (isinstance(weights, str) and weights == "uniform"):
+        return None
+    if isinstance(weights, str):
+        if weights != "rollout_prob":
+            raise ValueError(f"weights must be None, 'uniform', 'rollout_prob' or a tensor, got {weights!r}")
+        if logp_behavior is None:
+            raise ValueError("weights='rollout_prob' needs logp_behavior= (w_t = exp(logp_b))")
+        weights = logp_behavior.detach().exp()
+    if weights.shape != like.shape:
+        raise ValueError(f"weights has shape {tuple(weights.shape)}, expected {tuple(like.shape)}")
+    return weights
+
+
+def _prepare(ratio, advantages, mask, weights, logp_behavior):
+    mask = as_bool_mask(mask, ratio)
+    check_finite("ratio", ratio, mask)
+    advantages = broadcast_advantages(advantages, ratio)
+    check_finite("advantages", advantages, mask)
+    w = _token_weights(weights, ratio, logp_behavior)
+    r = ratio.detach().double()[mask]
+    a = advantages.detach().double()[mask]
+    w = torch.ones_like(r) if w is None else w.detach().double()[mask]
+    return r, a, w
+
+
+def _share(s_pos: Tensor, s_neg: Tensor) -> Tensor:
+    total = s_pos + s_neg
+    return torch.where(total > 0, s_pos / torch.where(total > 0, total, 1.0), 0.0)
+
+
+def _sums(r: Tensor, a: Tensor, w: Tensor, c_low: float, c_high: float, contribution: str):
+    pos, neg = a > 0, a < 0
+    if contribution == "gradient":
+        s_pos = (w * r * a)[pos & (r <= c_high)].sum()
+        s_neg = (w * r * -a)[neg & (r >= c_low)].sum()
+    else:
+        s_pos = (w * a * r.clamp(max=c_high))[pos].sum()
+        s_neg = (w * -a * r.clamp(min=c_low))[neg].sum()
+    return s_pos, s_neg
+
+
+def contribution_sums(ratio, advantages, mask, c_low, c_high, *, contribution="gradient",
+                      weights=None, logp_behavior=None) -> tuple[float, float]:
+    """(S_pos, S_neg) under one reading; see methods.md."""
+    if contribution not in CONTRIBUTIONS:
+        raise ValueError(f"contribution must be one of {CONTRIBUTIONS}, got {contribution!r}")
+    r, a, w = _prepare(ratio, advantages, mask, weights, logp_behavior)
+    s_pos, s_neg = _sums(r, a, w, float(c_low), float(c_high), contribution)
+    return float(s_pos), float(s_neg)
+
+
+def positive_contribution(ratio, advantages, mask, c_low, c_high, *, contribution="gradient",
+                          weights=None, logp_behavior=None) -> float:
+    """rho = S_pos / (S_pos + S_neg); nan if no masked token has A != 0."""
+    if contribution not in CONTRIBUTIONS:
+        raise ValueError(f"contribution must be one of {CONTRIBUTIONS}, got {contribution!r}")
+    r, a, w = _prepare(ratio, advantages, mask, weights, logp_behavior)
+    if not bool((a != 0).any()):
+        return math.nan
+    s_pos, s_neg = _sums(r, a, w, float(c_low), float(c_high), contribution)
+    return float(_share(s_pos, s_neg))
+
+
+def _meets(rho: float, rho0: float) -> bool:
+    return rho >= rho0 - _TARGET_TOL
+
+
+def adaptive_bounds_reference(ratio, advantages, mask, *, rho0=0.4, low_start=0.6, low_max=0.9,
+                              high_start=1.2, high_max=3.0, high_step=0.05, low_step=0.02,
+                              contribution="gradient", weights=None, order="paper",
+                              logp_behavior=None) -> BoundsResult:
+    """Algorithm 1 as printed: step c_high, then c_low, re-measuring rho each time."""
+    _validate(rho0, low_start, low_max, high_start, high_max, high_step, low_step, contribution, order)
+    kw = dict(contribution=contribution, weights=weights, logp_behavior=logp_behavior)
+    rho = positive_contribution(ratio, advantages, mask, low_start, high_start, **kw)
+    if math.isnan(rho):
+        return BoundsResult(low_start, high_start, rho, False, 0, rho, undefined=True)
+    rho_start, i, j, steps = rho, 0, 0, 0
+    c_low, c_high = low_start, high_start
+    if order == "paper":
+        while not _meets(rho, rho0) and low_start + (j + 1) * low_step <= low_max + _GRID_TOL:
+            if high_start + (i + 1) * high_step <= high_max + _GRID_TOL:
+                i += 1
+            else:
+                j += 1
+            c_low, c_high = low_start + j * low_step, high_start + i * high_step
+            rho = positive_contribution(ratio, advantages, mask, c_low, c_high, **kw)
+            steps += 1
+    else:  # the official verl recipe: c_low first, to its max, then c_high
+        lows = _grid(low_start, low_max, low_step, clamp_last=True)
+        highs = _grid(high_start, high_max, high_step, clamp_last=True)
+        while not _meets(rho, rho0) and j + 1 < len(lows):
+            j += 1
+            c_low = lows[j]
+            rho = positive_contribution(ratio, advantages, mask, c_low, c_high, **kw)
+            steps += 1
+        while not _meets(rho, rho0) and i + 1 < len(highs):
+            i += 1
+            c_high = highs[i]
+            rho = positive_contribution(ratio, advantages, mask, c_low, c_high, **kw)
+            steps += 1
+    return BoundsResult(c_low, c_high, rho, _meets(rho, rho0), steps, rho_start)
+
+
+def _bucket_cumsum(index: Tensor, values: Tensor, size: int) -> Tensor:
+    """cumsum over candidates of the values bucketed at `index` (index == size: never)."""
+    sums = torch.zeros(size + 1, dtype=values.dtype, device=values.device)
+    sums.index_add_(0, index, values)
+    return sums[:size].cumsum(0)
+
+
+def _rho_table(r, a, w, lows: Tensor, highs: Tensor, contribution: str):
+    """S_pos for every c_high candidate and S_neg for every c_low candidate, in one pass."""
+    pos, neg = a > 0, a < 0
+    r_pos, wa_pos = r[pos], (w * a)[pos]
+    r_neg, wa_neg = r[neg], (w * -a)[neg]
+    # A>0 token enters S_pos (gradient) at the first c_high >= r.
+    admit = torch.bucketize(r_pos, highs, right=False)
+    # A<0 token leaves S_neg (gradient) at the first c_low > r.
+    filt = torch.bucketize(r_neg, lows, right=True)
+    n_high, n_low = highs.numel(), lows.numel()
+    if contribution == "gradient":
+        s_pos = _bucket_cumsum(admit, wa_pos * r_pos, n_high)
+        s_neg = (wa_neg * r_neg).sum() - _bucket_cumsum(filt, wa_neg * r_neg, n_low)
+        return s_pos, s_neg
+    # value: A*min(r, c_high) for A>0 and |A|*max(r, c_low) for A<0
+    s_pos = _bucket_cumsum(admit, wa_pos * r_pos, n_high) + highs * (
+        wa_pos.sum() - _bucket_cumsum(admit, wa_pos, n_high))
+    s_neg = (wa_neg * r_neg).sum() - _bucket_cumsum(filt, wa_neg * r_neg, n_low) + lows * (
+        _bucket_cumsum(filt, wa_neg, n_low))
+    return s_pos, s_neg
+
+
+def adaptive_bounds(ratio, advantages, mask, *, rho0=0.4, low_start=0.6, low_max=0.9,
+                    high_start=1.2, high_max=3.0, high_step=0.05, low_step=0.02,
+                    contribution="gradient", weights=None, order="paper",
+                    logp_behavior=None) -> BoundsResult:
+    """Same result as `adaptive_bounds_reference`, without a pass per candidate."""
+    _validate(rho0, low_start, low_max, high_start, high_max, high_step, low_step, contribution, order)
+    r, a, w = _prepare(ratio, advantages, mask, weights, logp_behavior)
+    if not bool((a != 0).any()):
+        return BoundsResult(low_start, high_start, math.nan, False, 0, math.nan, undefined=True)
+    clamp = order == "official"
+    low_values = _grid(low_start, low_max, low_step, clamp_last=clamp)
+    high_values = _grid(high_start, high_max, high_step, clamp_last=clamp)
+    lows = torch.tensor(low_values, dtype=torch.float64, device=r.device)
+    highs = torch.tensor(high_values, dtype=torch.float64, device=r.device)
+    s_pos, s_neg = _rho_table(r, a, w, lows, highs, contribution)
+    visits = torch.tensor(_visit_order(len(low_values), len(high_values), order), device=r.device)
+    rho = _share(s_pos[visits[:, 1]], s_neg[visits[:, 0]]).cpu()
+    met = (rho >= rho0 - _TARGET_TOL).nonzero()
+    steps = int(met[0, 0]) if met.numel() else len(rho) - 1
+    j, i = (int(x) for x in visits[steps])
+    rho_at = float(rho[steps])
+    return BoundsResult(low_values[j], high_values[i], rho_at, _meets(rho_at, rho0), steps,
+                        float(rho[0]))

@@ -1,0 +1,77 @@
+"""Atomic checkpoints: everything a resumed run needs to continue bit-for-bit."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+_PREFIX = "step_"
+
+
+@dataclass
+class TrainState:
+    step: int = 0  # next step to run
+    global_update: int = 0
+    task_position: int = 0  # index of the next training problem
+    consecutive_bad_updates: int = 0
+    skipped_updates: int = 0
+    wall_time_s: float = 0.0  # summed over the run's segments (resumes)
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(directory: Path, state: TrainState, model, optimizer, scheduler,
+                    keep: int) -> Path:
+    """Write `step_XXXXXX.pt` via temp file + rename, then prune to the newest `keep`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"{_PREFIX}{state.step:06d}.pt"
+    tmp = directory / f".{final.name}.tmp"
+    torch.save({"state": vars(state), "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "rng": rng_state()}, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    for old in list_checkpoints(directory)[:-keep]:
+        old.unlink()
+    return final
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    if not directory.exists():
+        return []
+    return sorted(directory.glob(f"{_PREFIX}*.pt"))
+
+
+def load_latest(directory: Path) -> tuple[dict | None, list[str]]:
+    """Newest readable checkpoint, and a note for each unreadable one skipped."""
+    notes = []
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=False), notes
+        except Exception as e:  # a torn or corrupt file: fall back to the previous one
+            notes.append(f"checkpoint {path.name} is unreadable ({type(e).__name__}); skipped")
+    return None, notes
+
+
+def restore(payload: dict, model, optimizer, scheduler) -> TrainState:
+    model.load_state_dict(payload["model"])
+    optimizer.load_state_dict(payload["optimizer"])
+    scheduler.load_state_dict(payload["scheduler"])
+    set_rng_state(payload["rng"])
+    return TrainState(**payload["state"])

@@ -1,0 +1,258 @@
+"""Typed config schema and validation, run before any work starts.
+
+Hydra composes `conf/`; `validate()` merges the result onto these dataclasses (so types
+are checked by OmegaConf) and then checks the values. Every failure is a `ConfigError`
+whose message starts with the dotted key, e.g. `train.staleness must be >= 1, got 0`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from src.algorithms import AGGREGATIONS, METHODS
+from src.algorithms.bapo import CONTRIBUTIONS, ORDERS
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message names its key and how to fix it."""
+
+
+@dataclass
+class BapoConfig:
+    rho0: float = 0.4
+    low_start: float = 0.6
+    low_max: float = 0.9
+    high_start: float = 1.2
+    high_max: float = 3.0
+    high_step: float = 0.05
+    low_step: float = 0.02
+    contribution: str = "gradient"
+    weights: str = "uniform"  # uniform | rollout_prob
+    order: str = "paper"  # paper | official
+    search: str = "fast"  # fast | reference (the literal loop, for audits)
+
+
+@dataclass
+class MethodConfig:
+    name: str = "ppo"  # label used in run dirs and figures
+    objective: str = "ppo"  # registry key in src.algorithms.METHODS
+    c_low: float = 0.8
+    c_high: float = 1.2
+    dual_clip_c: float | None = None
+    aggregation: str = "token-mean"
+    q: float = 0.2  # top_entropy: share of tokens kept
+    entropy_scope: str = "minibatch"  # top_entropy: minibatch | rollout
+    bapo: BapoConfig = field(default_factory=BapoConfig)
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "staleness_1x"
+    description: str = ""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    kind: str = "tiny"  # tiny (built and warm-started here) | hf (any HF causal LM)
+    path: str | None = None  # hf: hub name or local path
+    dtype: str = "float32"
+    gradient_checkpointing: bool = False
+    trust_remote_code: bool = False
+    chat_template: bool = True  # hf: apply the tokenizer's chat template when it has one
+    architecture: dict[str, Any] = field(default_factory=dict)  # tiny: overrides of the defaults
+    sft: dict[str, Any] = field(default_factory=dict)  # tiny: warm-start SFT overrides
+    warm_start_seed: int = 0  # one base model shared by every RL seed, as in the paper
+
+
+@dataclass
+class TaskConfig:
+    name: str = "arithmetic"
+    params: dict[str, Any] = field(default_factory=dict)
+    eval_problems: int = 64
+
+
+@dataclass
+class RolloutConfig:
+    backend: str = "hf"  # hf | vllm
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    params: dict[str, Any] = field(default_factory=dict)  # backend-specific
+
+
+@dataclass
+class LoggerConfig:
+    backend: str = "local"  # local | wandb
+    project: str = "bapo-repro"
+    mode: str | None = None  # wandb mode; None -> $WANDB_MODE or offline
+    token_fraction: float = 1.0  # share of responses whose tokens are logged
+    progress: bool = True
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 30
+    prompts_per_step: int = 16
+    group_size: int = 8
+    staleness: int = 1
+    epochs: int = 1
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    warmup_steps: int = 0
+    grad_clip: float = 1.0
+    advantage_std_norm: bool = True
+    max_bad_updates: int = 5
+    threads: int = 2
+
+
+@dataclass
+class EvalConfig:
+    every: int = 10
+    greedy: bool = True
+    sampled: bool = True
+    samples: int = 4  # sampled responses per held-out problem
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 10
+    keep: int = 2
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    device: str = "cpu"
+    resume: str = "auto"  # auto | true | false
+    overwrite: bool = False
+    cache_dir: str = ".cache"
+    method: MethodConfig = field(default_factory=MethodConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key} {message}")
+
+
+def _check_method(m: MethodConfig) -> None:
+    _require(m.objective in METHODS, "method.objective",
+             f"must be one of {sorted(METHODS)}, got {m.objective!r}")
+    _require(0.0 <= m.c_low < m.c_high, "method.c_low",
+             f"must satisfy 0 <= c_low < c_high, got c_low={m.c_low}, c_high={m.c_high}")
+    _require(m.dual_clip_c is None or m.dual_clip_c > 1.0, "method.dual_clip_c",
+             f"must be > 1 or null, got {m.dual_clip_c}")
+    _require(m.aggregation in AGGREGATIONS, "method.aggregation",
+             f"must be one of {list(AGGREGATIONS)}, got {m.aggregation!r}")
+    _require(0.0 < m.q <= 1.0, "method.q", f"must be in (0, 1], got {m.q}")
+    _require(m.entropy_scope in ("minibatch", "rollout"), "method.entropy_scope",
+             f"must be minibatch or rollout, got {m.entropy_scope!r}")
+    b = m.bapo
+    _require(0.0 < b.rho0 < 1.0, "method.bapo.rho0", f"must be in (0, 1), got {b.rho0}")
+    _require(0.0 < b.low_start <= b.low_max, "method.bapo.low_start",
+             f"must satisfy 0 < low_start <= low_max, got {b.low_start}, {b.low_max}")
+    _require(b.high_start <= b.high_max, "method.bapo.high_start",
+             f"must be <= method.bapo.high_max, got {b.high_start} > {b.high_max}")
+    _require(b.low_max < b.high_start, "method.bapo.low_max",
+             f"must be < method.bapo.high_start so that c_low < c_high, got {b.low_max} >= {b.high_start}")
+    _require(b.high_step > 0, "method.bapo.high_step", f"must be > 0, got {b.high_step}")
+    _require(b.low_step > 0, "method.bapo.low_step", f"must be > 0, got {b.low_step}")
+    _require(b.contribution in CONTRIBUTIONS, "method.bapo.contribution",
+             f"must be one of {list(CONTRIBUTIONS)}, got {b.contribution!r}")
+    _require(b.weights in ("uniform", "rollout_prob"), "method.bapo.weights",
+             f"must be uniform or rollout_prob, got {b.weights!r}")
+    _require(b.order in ORDERS, "method.bapo.order", f"must be one of {list(ORDERS)}, got {b.order!r}")
+    _require(b.search in ("fast", "reference"), "method.bapo.search",
+             f"must be fast or reference, got {b.search!r}")
+
+
+def _check_train(t: TrainConfig) -> None:
+    _require(t.steps > 0, "train.steps", f"must be > 0, got {t.steps}")
+    _require(t.prompts_per_step > 0, "train.prompts_per_step", f"must be > 0, got {t.prompts_per_step}")
+    _require(t.group_size >= 2, "train.group_size",
+             f"must be >= 2 (group baselines need two samples), got {t.group_size}")
+    _require(t.staleness >= 1, "train.staleness", f"must be >= 1, got {t.staleness}")
+    _require(t.epochs >= 1, "train.epochs", f"must be >= 1, got {t.epochs}")
+    batch = t.prompts_per_step * t.group_size
+    _require(batch % t.staleness == 0, "train.staleness",
+             f"={t.staleness} must divide the rollout batch prompts_per_step*group_size={batch}")
+    _require(t.lr > 0, "train.lr", f"must be > 0, got {t.lr}")
+    _require(t.grad_clip > 0, "train.grad_clip", f"must be > 0, got {t.grad_clip}")
+    _require(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas",
+             f"must be two values in [0, 1), got {list(t.betas)}")
+    _require(t.warmup_steps >= 0, "train.warmup_steps", f"must be >= 0, got {t.warmup_steps}")
+    _require(t.max_bad_updates >= 1, "train.max_bad_updates", f"must be >= 1, got {t.max_bad_updates}")
+    _require(t.threads >= 1, "train.threads", f"must be >= 1, got {t.threads}")
+
+
+def _check_rest(c: Config) -> None:
+    _require(c.seed >= 0, "seed", f"must be >= 0, got {c.seed}")
+    _require(c.resume in ("auto", "true", "false"), "resume", f"must be auto, true or false, got {c.resume!r}")
+    _require(c.model.kind in ("tiny", "hf"), "model.kind", f"must be tiny or hf, got {c.model.kind!r}")
+    if c.model.kind == "hf":
+        path = c.model.path
+        _require(bool(path), "model.path", "must name an HF model (hub name or local path) for model.kind=hf")
+        looks_local = path.startswith((".", "/", "~")) or Path(path).expanduser().exists()
+        _require(not looks_local or Path(path).expanduser().exists(), "model.path",
+                 f"points to {path!r}, which does not exist")
+    if c.model.kind == "tiny":
+        from src.models.warm_start import resolve_configs
+        try:
+            resolve_configs(c.model.architecture, c.model.sft)
+        except ValueError as e:
+            message = str(e).replace("model.", "model.architecture.").replace("sft.", "model.sft.")
+            key = "model.sft" if "model.sft." in message else "model.architecture"
+            raise ConfigError(f"{key}: {message}") from None
+    _require(c.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype",
+             f"must be float32, bfloat16 or float16, got {c.model.dtype!r}")
+    from src.tasks import TASKS  # late: the task registry imports task modules
+    _require(c.task.name in TASKS, "task.name", f"must be one of {sorted(TASKS)}, got {c.task.name!r}")
+    _require(c.task.eval_problems >= 1, "task.eval_problems", f"must be >= 1, got {c.task.eval_problems}")
+    _require(c.rollout.backend in ("hf", "vllm"), "rollout.backend", f"must be hf or vllm, got {c.rollout.backend!r}")
+    _require(c.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", f"must be >= 1, got {c.rollout.max_new_tokens}")
+    _require(c.rollout.temperature > 0, "rollout.temperature", f"must be > 0, got {c.rollout.temperature}")
+    _require(0 < c.rollout.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {c.rollout.top_p}")
+    _require(c.logger.backend in ("local", "wandb"), "logger.backend", f"must be local or wandb, got {c.logger.backend!r}")
+    _require(0 < c.logger.token_fraction <= 1, "logger.token_fraction",
+             f"must be in (0, 1], got {c.logger.token_fraction}")
+    _require(c.eval.every >= 1, "eval.every", f"must be >= 1, got {c.eval.every}")
+    _require(c.eval.samples >= 1, "eval.samples", f"must be >= 1, got {c.eval.samples}")
+    _require(c.checkpoint.every >= 1, "checkpoint.every", f"must be >= 1, got {c.checkpoint.every}")
+    _require(c.checkpoint.keep >= 1, "checkpoint.keep", f"must be >= 1, got {c.checkpoint.keep}")
+    _require(c.device == "cpu" or c.device.startswith("cuda") or c.device == "auto", "device",
+             f"must be cpu, cuda[:N] or auto, got {c.device!r}")
+
+
+def validate(cfg: DictConfig | dict) -> Config:
+    """Typed, checked config. Raises ConfigError naming the first bad key."""
+    raw = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    raw = OmegaConf.masked_copy(raw, [k for k in raw if k != "hydra"]) if "hydra" in raw else raw
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(Config), raw)
+        config: Config = OmegaConf.to_object(typed)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "config"
+        reason = str(e).splitlines()[0]
+        raise ConfigError(f"{key}: {reason}") from None
+    _check_method(config.method)
+    _check_train(config.train)
+    _check_rest(config)
+    return config
+
+
+def to_container(config: Config) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)

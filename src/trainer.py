@@ -1,0 +1,297 @@
+"""The training loop: rollout -> reward -> advantages -> behaviour pass -> k updates.
+
+One step of staleness k: the B = prompts x G responses are shuffled and split into k
+mini-batches; update j uses data j optimizer steps stale. The behaviour log-probs are
+recomputed by the trainer's own model on exactly the mini-batch tensors the updates use,
+so update 0 is on-policy bit for bit (ratio == 1) and sampler drift is only a metric.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from src.algorithms import CLIP_STATES, group_advantages, policy_loss, top_q_mask
+from src.algorithms._checks import NonFiniteError
+from src.checkpoint import TrainState, save_checkpoint
+from src.config import Config
+from src.policy import response_logprobs
+from src.rollout import Rollout, RolloutBackend
+from src.telemetry import RunWriter
+
+STEP_MEAN_KEYS = ("clip_frac", "clip_low_frac", "clip_high_frac", "clip_frac_pos", "clip_frac_neg",
+                  "token_share_pos", "token_share_neg", "contrib_grad_pos_share",
+                  "contrib_value_pos_share", "c_low", "c_high", "rho", "grad_norm", "kl_k3",
+                  "entropy_clip_cov", "abs_log_ratio_mean")
+_CLIP_NAMES = np.array(CLIP_STATES)
+
+
+class NumericFault(RuntimeError):
+    """Too many consecutive updates with non-finite log-probs, loss or grad norm."""
+
+
+@dataclass
+class MiniBatch:
+    rows: Tensor  # indices into the rollout
+    data: Rollout
+    logp_behavior: Tensor
+    entropy_behavior: Tensor
+    advantages: Tensor  # [b] per response
+    rewards: Tensor
+    selection: Tensor | None = None  # top_entropy with scope=rollout
+
+
+def method_params(cfg: Config) -> dict:
+    m = cfg.method
+    common = {"dual_clip_c": m.dual_clip_c, "aggregation": m.aggregation,
+              "norm_length": cfg.rollout.max_new_tokens}
+    if m.objective == "bapo":
+        b = m.bapo
+        return {**common, "rho0": b.rho0, "low_start": b.low_start, "low_max": b.low_max,
+                "high_start": b.high_start, "high_max": b.high_max, "high_step": b.high_step,
+                "low_step": b.low_step, "contribution": b.contribution, "weights": b.weights,
+                "order": b.order, "search": b.search}
+    params = {**common, "c_low": m.c_low, "c_high": m.c_high}
+    if m.objective == "top_entropy":
+        params["q"] = m.q
+    return params
+
+
+def _mean(values: list) -> float | None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
+class Trainer:
+    def __init__(self, cfg: Config, model, tokenizer, task, backend: RolloutBackend,
+                 optimizer, scheduler, writer: RunWriter, checkpoint_dir: Path,
+                 evaluate: Callable[[int], dict] | None = None,
+                 format_prompt: Callable[[str], str] = lambda p: p):
+        self.cfg, self.model, self.tokenizer, self.task = cfg, model, tokenizer, task
+        self.backend, self.optimizer, self.scheduler = backend, optimizer, scheduler
+        self.writer, self.checkpoint_dir = writer, checkpoint_dir
+        self.evaluate, self.format_prompt = evaluate, format_prompt
+        self.params = method_params(cfg)
+        self.log_tokens = True
+
+    # -- one step -------------------------------------------------------------------
+    def _step_seed(self, step: int) -> int:
+        # Each step's randomness depends only on (seed, step): resume needs no RNG replay.
+        return (self.cfg.seed * 1_000_003 + step * 7_919) % (2**31 - 1)
+
+    def _minibatches(self, roll: Rollout, advantages: Tensor, rewards: Tensor,
+                     step: int) -> list[MiniBatch]:
+        k = self.cfg.train.staleness
+        gen = torch.Generator().manual_seed(self._step_seed(step))
+        perm = torch.randperm(roll.size, generator=gen).view(k, -1)
+        batches = []
+        with torch.no_grad():
+            for rows in perm:
+                rows = rows.sort().values
+                data = roll.select(rows)
+                logp_b, ent_b = response_logprobs(self.model, data)
+                batches.append(MiniBatch(rows, data, logp_b, ent_b, advantages[rows], rewards[rows]))
+        if self.cfg.method.objective == "top_entropy" and self.cfg.method.entropy_scope == "rollout":
+            self._rollout_scope_selection(batches)
+        return batches
+
+    def _rollout_scope_selection(self, batches: list[MiniBatch]) -> None:
+        """One top-q threshold over the whole rollout, from the behaviour entropies."""
+        flat = torch.cat([mb.entropy_behavior[mb.data.response_mask] for mb in batches])
+        keep = top_q_mask(flat, torch.ones_like(flat, dtype=torch.bool), self.cfg.method.q)
+        start = 0
+        for mb in batches:
+            n = int(mb.data.response_mask.sum())
+            sel = torch.zeros_like(mb.data.response_mask)
+            sel[mb.data.response_mask] = keep[start:start + n]
+            mb.selection, start = sel, start + n
+
+    def _update(self, mb: MiniBatch) -> tuple[dict, object | None, Tensor | None, Tensor | None]:
+        """One optimizer update; returns (record, loss output, logp, entropy)."""
+        mask = mb.data.response_mask
+        logp, entropy = response_logprobs(self.model, mb.data)
+        params = dict(self.params)
+        if mb.selection is not None:
+            params["selection_mask"] = mb.selection
+        try:
+            out = policy_loss(self.cfg.method.objective, logp, mb.logp_behavior,
+                              mb.advantages, mask, entropy=entropy, **params)
+        except NonFiniteError as e:
+            return {"skipped": True, "skip_reason": f"non-finite input: {e}"}, None, None, None
+        if not torch.isfinite(out.loss):
+            return {"skipped": True, "skip_reason": "non-finite loss"}, out, logp, entropy
+        self.optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                         self.cfg.train.grad_clip))
+        record = {**out.metrics, "loss": float(out.loss.detach()), "grad_norm": grad_norm}
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            record.update(skipped=True, skip_reason="non-finite grad norm", grad_norm=None)
+            return record, out, logp, entropy
+        self.optimizer.step()
+        self.scheduler.step()
+        record.update(skipped=False, skip_reason=None)
+        return record, out, logp, entropy
+
+    def _token_columns(self, step: int, update: int, mb: MiniBatch, out, logp: Tensor,
+                       entropy: Tensor, keep_rows: Tensor) -> dict[str, np.ndarray]:
+        sel = mb.data.response_mask & keep_rows[mb.rows][:, None]
+        rows, pos = sel.nonzero(as_tuple=True)
+        lengths = mb.data.lengths()
+        n = int(sel.sum())
+
+        def f32(t: Tensor) -> np.ndarray:
+            return t.detach()[sel].float().numpy()
+
+        return {
+            "step": np.full(n, step, np.int32), "update": np.full(n, update, np.int16),
+            "response_id": mb.rows[rows].numpy().astype(np.int32),
+            "group_id": mb.data.group_ids[rows].numpy().astype(np.int32),
+            "position": pos.numpy().astype(np.int16),
+            "token_id": mb.data.response_ids[sel].numpy().astype(np.int32),
+            "logp_behavior": f32(mb.logp_behavior), "logp_sampler": f32(mb.data.sampler_logp),
+            "logp": f32(logp), "ratio": f32(out.ratio),
+            "advantage": mb.advantages[rows].float().numpy(), "entropy": f32(entropy),
+            "clip_state": _CLIP_NAMES[out.clip_state[sel].numpy()],
+            "in_loss": out.in_loss[sel].numpy(),
+            "c_low": np.full(n, out.c_low, np.float32), "c_high": np.full(n, out.c_high, np.float32),
+            "reward": mb.rewards[rows].float().numpy(),
+            "response_length": lengths[rows].numpy().astype(np.int16),
+        }
+
+    def train_step(self, state: TrainState) -> dict:
+        cfg, step = self.cfg, state.step
+        t_step = time.perf_counter()
+        problems = [self.task.problem(state.task_position + i) for i in range(cfg.train.prompts_per_step)]
+        self.backend.sync_weights(self.model)
+        t0 = time.perf_counter()
+        roll = self.backend.generate([self.format_prompt(p.prompt) for p in problems],
+                                     num_samples=cfg.train.group_size,
+                                     max_new_tokens=cfg.rollout.max_new_tokens,
+                                     temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                     seed=self._step_seed(step))
+        time_rollout = time.perf_counter() - t0
+        rewards = torch.tensor([self.task.score(problems[g], text)
+                                for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
+        adv = group_advantages(rewards, cfg.train.group_size, scale_by_std=cfg.train.advantage_std_norm)
+        t0 = time.perf_counter()
+        batches = self._minibatches(roll, adv.advantages, rewards, step)
+        time_behavior = time.perf_counter() - t0
+        keep_rows = self._token_sample(roll.size, step)
+
+        updates, token_parts, time_update, time_telemetry, applied = [], [], 0.0, 0.0, 0
+        self.model.train()
+        for epoch in range(cfg.train.epochs):
+            for j, mb in enumerate(batches):
+                t0 = time.perf_counter()
+                record, out, logp, entropy = self._update(mb)
+                dt = time.perf_counter() - t0
+                time_update += dt
+                update_index = epoch * len(batches) + j
+                record.update(step=step, update=update_index, global_update=state.global_update,
+                              policy_lag=applied, time_update_s=dt)
+                state.global_update += 1
+                if record["skipped"]:
+                    self._bad_update(state, record)
+                else:
+                    applied += 1
+                    state.consecutive_bad_updates = 0
+                t0 = time.perf_counter()
+                self.writer.log_update(record)
+                if self.log_tokens and out is not None and bool(keep_rows.any()):
+                    token_parts.append(self._token_columns(step, update_index, mb, out, logp,
+                                                           entropy, keep_rows))
+                time_telemetry += time.perf_counter() - t0
+                updates.append(record)
+        t0 = time.perf_counter()
+        if token_parts:
+            self.writer.write_tokens(step, {k: np.concatenate([p[k] for p in token_parts])
+                                            for k in token_parts[0]})
+        time_telemetry += time.perf_counter() - t0
+        state.task_position += cfg.train.prompts_per_step
+        record = self._step_record(step, roll, rewards, adv, batches, updates)
+        record.update(time_rollout_s=time_rollout, time_behavior_s=time_behavior,
+                      time_update_s=time_update, time_telemetry_s=time_telemetry,
+                      time_step_s=time.perf_counter() - t_step)
+        self.writer.log_step(record)
+        return record
+
+    def _token_sample(self, size: int, step: int) -> Tensor:
+        frac = self.cfg.logger.token_fraction
+        if frac >= 1.0:
+            return torch.ones(size, dtype=torch.bool)
+        gen = torch.Generator().manual_seed(self._step_seed(step) + 1)
+        return torch.rand(size, generator=gen) < frac
+
+    def _bad_update(self, state: TrainState, record: dict) -> None:
+        state.consecutive_bad_updates += 1
+        state.skipped_updates += 1
+        print(f"[numeric] step {record['step']} update {record['update']}: skipped "
+              f"({record['skip_reason']}); {state.consecutive_bad_updates} in a row, "
+              f"{state.skipped_updates} in total", flush=True)
+        if state.consecutive_bad_updates >= self.cfg.train.max_bad_updates:
+            raise NumericFault(
+                f"{state.consecutive_bad_updates} consecutive bad updates (last at step "
+                f"{record['step']} update {record['update']}: {record['skip_reason']}); "
+                f"stopping. The last good checkpoint is kept in {self.checkpoint_dir}")
+
+    def _step_record(self, step, roll, rewards, adv, batches, updates) -> dict:
+        lengths = roll.lengths().float()
+        a = adv.advantages
+        ent = torch.cat([mb.entropy_behavior[mb.data.response_mask] for mb in batches])
+        gap = torch.cat([(mb.data.sampler_logp - mb.logp_behavior)[mb.data.response_mask].abs()
+                         for mb in batches])
+        record = {
+            "step": step, "reward_mean": float(rewards.mean()),
+            "accuracy": float((rewards >= 1.0).float().mean()),
+            "degenerate_groups": adv.degenerate_groups, "num_groups": adv.num_groups,
+            "response_length_mean": float(lengths.mean()),
+            "response_length_pos": float(lengths[a > 0].mean()) if bool((a > 0).any()) else None,
+            "response_length_neg": float(lengths[a < 0].mean()) if bool((a < 0).any()) else None,
+            "entropy_mean": float(ent.mean()), "sampler_logp_gap": float(gap.mean()),
+            "skipped_updates": sum(1 for u in updates if u["skipped"]),
+        }
+        good = [u for u in updates if not u["skipped"]]
+        for key in STEP_MEAN_KEYS:
+            record[key] = _mean([u.get(key) for u in good])
+        return record
+
+    # -- the loop -------------------------------------------------------------------
+    def run(self, state: TrainState, progress: bool = True) -> TrainState:
+        from tqdm.auto import tqdm
+
+        cfg = self.cfg
+        if state.step == 0 and self.evaluate is not None:
+            self.writer.log_eval(self.evaluate(0))
+        bar = tqdm(total=cfg.train.steps, initial=state.step, disable=not progress,
+                   desc=f"{cfg.method.name} {cfg.experiment.name}", dynamic_ncols=True)
+        while state.step < cfg.train.steps:
+            t0 = time.perf_counter()
+            record = self.train_step(state)
+            state.step += 1
+            done = state.step
+            if self.evaluate is not None and (done % cfg.eval.every == 0 or done == cfg.train.steps):
+                self.writer.log_eval(self.evaluate(done))
+            state.wall_time_s += time.perf_counter() - t0
+            if done % cfg.checkpoint.every == 0 or done == cfg.train.steps:
+                save_checkpoint(self.checkpoint_dir, state, self.model, self.optimizer,
+                                self.scheduler, cfg.checkpoint.keep)
+            self.writer.set_status("running")
+            bar.set_postfix(self._postfix(record), refresh=False)
+            bar.update(1)
+        bar.close()
+        return state
+
+    def _postfix(self, record: dict) -> dict:
+        post = {"reward": f"{record['reward_mean']:.2f}", "H": f"{record['entropy_mean']:.3f}"}
+        if self.cfg.method.objective == "bapo" and record.get("c_low") is not None:
+            post.update(c_low=f"{record['c_low']:.2f}", c_high=f"{record['c_high']:.2f}")
+        return post

@@ -1,0 +1,42 @@
+"""Shared fixtures: a tiny, fast warm-start config and in-process config composition."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A model small enough that its warm start takes seconds; shared by every e2e test.
+TINY_MODEL = [
+    "model.architecture.hidden_size=64", "model.architecture.num_layers=2",
+    "model.architecture.num_heads=2", "model.sft.steps=40", "model.sft.batch_size=32",
+    "model.sft.eval_problems=16", "model.sft.eval_samples=1", "model.sft.lr=5e-3",
+    "model.architecture.tokenizer_corpus=2000",
+]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="session")
+def smoke_overrides(cache_dir) -> list[str]:
+    return ["experiment=smoke", f"cache_dir={cache_dir}", "logger.progress=false", *TINY_MODEL]
+
+
+def compose(overrides: list[str]):
+    """The validated Config that `python -m src.run <overrides>` would use."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from src.config import validate
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return validate(hydra_compose(config_name="config", overrides=overrides))
