@@ -108,8 +108,15 @@ def prepare_run_dir(cfg: Config, run_dir: Path) -> str:
 def execute(cfg: Config, run_dir: Path) -> str:
     import torch
 
-    from src.build import (build_backend, build_evaluator, build_model, build_optimizer,
-                           build_task, pick_device, prompt_formatter)
+    from src.build import (
+        build_backend,
+        build_evaluator,
+        build_model,
+        build_optimizer,
+        build_task,
+        pick_device,
+        prompt_formatter,
+    )
     from src.checkpoint import TrainState, load_latest, restore
     from src.telemetry import RunWriter, now_iso
     from src.trainer import NumericFault, Trainer
@@ -148,7 +155,7 @@ def execute(cfg: Config, run_dir: Path) -> str:
             "staleness": cfg.train.staleness, "seed": cfg.seed, "warm_start": info.get("path"),
             "resumed_at_step": state.step if payload is not None else None}
     writer = RunWriter(run_dir, config_dict, meta, wandb_run=wandb_run,
-                       truncate_after_step=state.step if payload is not None else -1)
+                       resume_at_step=state.step if payload is not None else -1)
     writer.last_step = state.step - 1 if state.step else None
     writer.set_status("running")
     format_prompt = prompt_formatter(cfg, tokenizer)

@@ -59,10 +59,10 @@ def read_status(run_dir: Path) -> dict | None:
 
 
 class RunWriter:
-    """Writes one run dir. `truncate_after_step` drops rows of steps past a checkpoint."""
+    """Writes one run dir. `resume_at_step` drops rows a checkpoint does not cover."""
 
     def __init__(self, run_dir: Path, config: dict | None = None, meta: dict | None = None,
-                 *, truncate_after_step: int | None = None, wandb_run: Any = None):
+                 *, resume_at_step: int | None = None, wandb_run: Any = None):
         self.run_dir = Path(run_dir)
         self.tokens_dir = self.run_dir / "tokens"
         self.tokens_dir.mkdir(parents=True, exist_ok=True)
@@ -74,8 +74,8 @@ class RunWriter:
             atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
         if meta is not None:
             self.write_meta(meta)
-        if truncate_after_step is not None:
-            self.truncate_after(truncate_after_step)
+        if resume_at_step is not None:
+            self.truncate_to(resume_at_step)
         self._metrics = open(self.metrics_path, "a")  # noqa: SIM115 - lives as long as the run
 
     def write_meta(self, meta: dict) -> None:
@@ -86,9 +86,12 @@ class RunWriter:
                   "updated": now_iso(), **extra}
         atomic_write_text(self.run_dir / "status.json", json.dumps(record, indent=2))
 
-    def truncate_after(self, step: int) -> int:
-        """Keep only records of steps <= `step` (step -1: none); returns lines dropped.
+    def truncate_to(self, next_step: int) -> int:
+        """Keep what a checkpoint taken before `next_step` covers; returns lines dropped.
 
+        Step and update records of steps < next_step stay, and eval records labelled
+        <= next_step (an eval is labelled by completed steps and runs before the
+        checkpoint). next_step -1 drops everything: a fresh start over a crashed run.
         Rewritten atomically, so a crash mid-resume leaves either the old or the new file.
         A partial last line (killed mid-write) is dropped too.
         """
@@ -101,13 +104,14 @@ class RunWriter:
                 except json.JSONDecodeError:
                     dropped += 1
                     continue
-                if record.get("step", -1) <= step:
+                limit = next_step if record.get("kind") == "eval" else next_step - 1
+                if record.get("step", -1) <= limit:
                     kept.append(line)
                 else:
                     dropped += 1
             atomic_write_text(self.metrics_path, "".join(f"{line}\n" for line in kept))
         for part in self.tokens_dir.glob("step_*.parquet"):
-            if int(part.stem.split("_")[1]) > step:
+            if int(part.stem.split("_")[1]) >= next_step:
                 part.unlink()
         for tmp in self.tokens_dir.glob(".*.tmp"):
             tmp.unlink()

@@ -17,7 +17,16 @@ from torch import Tensor
 from src.algorithms import bapo as bapo_search
 from src.algorithms._checks import as_bool_mask, broadcast_advantages, check_bounds, check_finite
 from src.algorithms.entropy import top_q_mask
-from src.algorithms.surrogate import AGGREGATIONS, CLIP_HIGH, CLIP_LOW, DUAL, NONE, aggregate, clip_states, surrogate
+from src.algorithms.surrogate import (
+    AGGREGATIONS,
+    CLIP_HIGH,
+    CLIP_LOW,
+    DUAL,
+    NONE,
+    aggregate,
+    clip_states,
+    surrogate,
+)
 
 
 @dataclass
