@@ -1,0 +1,218 @@
+"""Token-level figures from the Parquet parts (paper Figs 5 and 10, entropy quadrants)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from analysis import style
+from analysis.loader import RUN_COLS, Run, RunSet
+from analysis.plotting import (
+    FigureResult,
+    Options,
+    bar_panel,
+    finish_legends,
+    grid,
+    require,
+    save,
+    stx,
+)
+from analysis.summary import run_summary
+
+BASE = "ppo"
+SIGN_COLORS = {"A>0": "#009E73", "A<0": "#CC79A7"}  # Okabe-Ito; no method uses them
+RATIO_EDGES = [0.0, 0.6, 0.8, 1.0, 1.2, 1.4, 2.0, math.inf]
+RATIO_LABELS = ["<0.6", "0.6-0.8", "0.8-1.0", "1.0-1.2", "1.2-1.4", "1.4-2.0", ">=2.0"]
+# Token kinds of the entropy-quadrant figure. Split at probability 0.5, not the median: a
+# fixed split means "the model prefers this token" and lets the shares move between runs,
+# while a median split would pin each half at 50% of tokens by construction.
+PROB_SPLIT = 0.5
+KINDS = ["high p, A>0", "high p, A<0", "low p, A>0", "low p, A<0"]
+
+
+def ratio_bin(ratio: pd.Series) -> pd.Categorical:
+    # [lo, hi): on-policy tokens (ratio exactly 1) land in "1.0-1.2".
+    return pd.cut(ratio, RATIO_EDGES, labels=RATIO_LABELS, right=False)
+
+
+def sign_label(adv: pd.Series) -> pd.Series:
+    return pd.Series(np.where(adv > 0, "A>0", "A<0"), index=adv.index)
+
+
+def fig05_prob_by_ratio(runs: RunSet, opts: Options) -> FigureResult:
+    """Fig 5: token probability exp(logp) per IS-weight bin, split by advantage sign."""
+    chosen = runs.select(lambda r: r.method == BASE and r.staleness > 1 and bool(r.token_parts))
+    require(bool(chosen), f"no off-policy (staleness > 1) '{BASE}' runs with token parts")
+    tok = runs.tokens(["logp", "ratio", "advantage"], chosen, sample=opts.box_rows)
+    require(not tok.empty, "token parts of the chosen runs could not be read")
+    tok = tok[tok["advantage"] != 0]  # A = 0 tokens carry no gradient and have no sign
+    data = tok[RUN_COLS].copy()
+    data["prob"] = np.exp(tok["logp"].astype("float64"))
+    data["ratio_bin"] = ratio_bin(tok["ratio"])
+    data["sign"] = sign_label(tok["advantage"])
+    levels = sorted(data["staleness"].unique())
+    fig, axes = plt.subplots(
+        1, len(levels), figsize=(4.2 * len(levels), 3.2), squeeze=False, sharey=True
+    )
+    for ax, k in zip(axes.flat, levels, strict=True):
+        with warnings.catch_warnings():  # seaborn 0.13 passes matplotlib's deprecated `vert`
+            warnings.filterwarnings("ignore", message="vert: bool was deprecated")
+            sns.boxplot(
+                data=data[data["staleness"] == k],
+                x="ratio_bin",
+                y="prob",
+                hue="sign",
+                hue_order=list(SIGN_COLORS),
+                palette=SIGN_COLORS,
+                showfliers=False,
+                linewidth=0.8,
+                ax=ax,
+            )
+        ax.set_title(f"{BASE} {stx(k)}")
+        ax.set_xlabel("IS weight (ratio) bin")
+        ax.set_ylabel("token probability")
+        ax.tick_params(axis="x", labelrotation=45)
+    finish_legends(fig, list(axes.flat))
+    fig.tight_layout()
+    name = "fig05_prob_by_is_weight"
+    return FigureResult(name, save(fig, name, opts), data.reset_index(drop=True))
+
+
+def _most_stale(runs: RunSet) -> list[Run]:
+    """Per method, its runs at the highest staleness > 1 that have token parts."""
+    top: dict[str, int] = {}
+    for r in runs.runs:
+        if r.staleness > 1 and r.token_parts:
+            top[r.method] = max(top.get(r.method, 0), r.staleness)
+    return [r for r in runs.runs if r.token_parts and top.get(r.method) == r.staleness]
+
+
+def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
+    """Fig 10: probability vs IS weight coloured by entropy; p80 of entropy marked."""
+    chosen = _most_stale(runs)
+    require(bool(chosen), "no off-policy (staleness > 1) runs with token parts")
+    panels = []
+    for method in style.method_order({r.method for r in chosen}):
+        mruns = [r for r in chosen if r.method == method]
+        # Percentile from every row; only the scatter is sampled.
+        tok = runs.tokens(["logp", "ratio", "entropy"], mruns)
+        if tok.empty:
+            continue
+        p80 = float(np.quantile(tok["entropy"].astype("float64"), 0.8))
+        n = max(1, opts.scatter_rows * len(mruns))
+        tok = tok.sample(n=min(n, len(tok)), random_state=0) if len(tok) > n else tok
+        d = tok[RUN_COLS].copy()
+        d["ratio"] = tok["ratio"].astype("float64")
+        d["prob"] = np.exp(tok["logp"].astype("float64"))
+        d["entropy"] = tok["entropy"].astype("float64")
+        d["entropy_p80"] = p80
+        d["high_entropy"] = d["entropy"] >= p80
+        panels.append(d)
+    require(bool(panels), "token parts of the chosen runs could not be read")
+    fig, axes = grid(len(panels), 3, 4.4, 3.4)
+    for ax, d in zip(axes, panels, strict=True):
+        p80 = d["entropy_p80"].iat[0]
+        # Colour scale up to the 99th percentile: a few very flat tokens would wash it out.
+        norm = plt.Normalize(d["entropy"].min(), max(float(d["entropy"].quantile(0.99)), p80))
+        # Colour via `c=`/`cmap=` (passed to matplotlib, vectorised), not `hue=`: seaborn's
+        # continuous hue converts every dot's colour one at a time and made this figure slow.
+        o = d.sort_values("entropy")  # high entropy drawn last, on top
+        sns.scatterplot(
+            x=o["ratio"].to_numpy(),
+            y=o["prob"].to_numpy(),
+            c=o["entropy"].to_numpy(),
+            cmap="viridis",
+            norm=norm,
+            s=6,
+            linewidth=0,
+            ax=ax,
+            rasterized=True,
+        )  # rasterized: thousands of dots in a PDF
+        hi = d[d["high_entropy"]]
+        ax.scatter(
+            hi["ratio"],
+            hi["prob"],
+            s=10,
+            facecolors="none",
+            edgecolors="red",
+            lw=0.3,
+            label="entropy >= p80",
+            rasterized=True,
+        )
+        cbar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=ax)
+        cbar.ax.axhline(p80, color="red", lw=1.5)
+        cbar.set_label(f"entropy (red: p80 = {p80:.2f})")
+        # log2 axis with a few plain labels: default log minor labels overlap and cost
+        # most of this figure's drawing time.
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(mticker.LogLocator(base=2, numticks=6))
+        ax.xaxis.set_minor_locator(mticker.NullLocator())
+        ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.axvline(1.0, color="0.5", lw=0.8, ls=":")
+        ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])}")
+        ax.set_xlabel("IS weight (ratio)")
+        ax.set_ylabel("token probability")
+        ax.legend(loc="lower right", fontsize=7, frameon=False)
+    fig.tight_layout()
+    name = "fig10_prob_is_entropy"
+    data = pd.concat(panels, ignore_index=True)
+    return FigureResult(name, save(fig, name, opts), data)
+
+
+def quadrant_shares(runs: RunSet) -> pd.DataFrame:
+    """Per run and token kind: tokens, clipped tokens (clip_state != none), clipped share."""
+    rows = []
+    for run in runs.select(lambda r: bool(r.token_parts)):
+        tok = runs.tokens(["logp", "advantage", "clip_state"], [run])  # one run at a time
+        if tok.empty:
+            continue
+        tok = tok[tok["advantage"] != 0]
+        high = tok["logp"].to_numpy() >= math.log(PROB_SPLIT)
+        neg = tok["advantage"].to_numpy() < 0
+        kind = np.where(high, 0, 2) + neg.astype(int)  # index into KINDS
+        clipped = (tok["clip_state"] != "none").to_numpy()  # categorical compare: no strings
+        n = np.bincount(kind, minlength=4)
+        c = np.bincount(kind, weights=clipped, minlength=4)
+        for i, label in enumerate(KINDS):
+            rows.append(
+                {
+                    **{k: getattr(run, k) for k in RUN_COLS},
+                    "kind": label,
+                    "tokens": int(n[i]),
+                    "clipped": int(c[i]),
+                    "clip_share": c[i] / n[i] if n[i] else np.nan,
+                }
+            )
+    return pd.DataFrame(rows, columns=[*RUN_COLS, "kind", "tokens", "clipped", "clip_share"])
+
+
+def fig_entropy_quadrants(runs: RunSet, opts: Options) -> FigureResult:
+    """Which token kinds each method clips, next to how fast its entropy falls."""
+    shares = quadrant_shares(runs)
+    require(not shares.empty, "no runs with readable token parts")
+    ent = run_summary(runs, opts.last_k)[[*RUN_COLS, "entropy_drop"]]
+    levels = sorted(shares["staleness"].unique())
+    fig, axes = grid(len(levels) + 1, 3, 4.2, 3.4)
+    for ax, k in zip(axes, levels, strict=False):
+        bar_panel(ax, shares[shares["staleness"] == k], "kind", "clip_share", KINDS, runs)
+        ax.set_title(f"clipped share by token kind, {stx(k)}")
+        ax.set_ylabel("clipped share")
+        ax.set_xlabel(f"token kind (high p: p >= {PROB_SPLIT})")
+        ax.tick_params(axis="x", labelrotation=30)
+    ent = ent.assign(staleness_x=ent["staleness"].map(stx)).dropna(subset=["entropy_drop"])
+    ax = axes[-1]
+    order = [stx(k) for k in sorted(ent["staleness"].unique())]
+    bar_panel(ax, ent, "staleness_x", "entropy_drop", order, runs)
+    ax.set_title(f"entropy drop (first step - last {opts.last_k} steps)")
+    ax.set_xlabel("staleness")
+    ax.set_ylabel("entropy drop")
+    finish_legends(fig, axes)
+    fig.tight_layout()
+    name = "fig_entropy_quadrants"
+    return FigureResult(name, save(fig, name, opts), shares, {"entropy": ent})
