@@ -1,0 +1,96 @@
+"""Load real Hugging Face causal LMs (hub id or local directory) for GPU-scale runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
+    """`"bf16"`, `"bfloat16"`, `torch.bfloat16`, ... -> torch dtype; `"auto"` passes through."""
+    if isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    try:
+        return _DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise ValueError(
+            f"model.dtype must be one of {sorted(_DTYPES)} or 'auto', got {dtype!r}"
+        ) from None
+
+
+def _looks_local(name_or_path: str) -> bool:
+    # A hub id is "name" or "org/name"; anything else path-shaped is meant as a local path.
+    return (
+        Path(name_or_path).expanduser().exists()
+        or name_or_path.startswith(("/", "./", "../", "~", "."))
+        or name_or_path.count("/") > 1
+        or "\\" in name_or_path
+    )
+
+
+def load_hf_model(
+    name_or_path: str | Path,
+    *,
+    dtype: str | torch.dtype = "float32",
+    device: str | torch.device = "cpu",
+    gradient_checkpointing: bool = False,
+    trust_remote_code: bool = False,
+    gguf_file: str | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """(model, tokenizer) from a hub id or a local `save_pretrained` directory.
+
+    The tokenizer pads on the left (for generation) and falls back to EOS as its pad token.
+    `gguf_file` loads a GGUF checkpoint (dequantized; needs the `gguf` package).
+    """
+    name = str(name_or_path)
+    torch_dtype = parse_dtype(dtype)
+    if _looks_local(name):
+        path = Path(name).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(
+                f"model path {name!r} does not exist (resolved to {path.resolve()}); pass a "
+                "directory written by save_pretrained or a hub id such as 'Qwen/Qwen2.5-0.5B'"
+            )
+        if path.is_dir() and gguf_file is None and not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"model path {name!r} has no config.json; is it a save_pretrained directory?"
+            )
+    kwargs = {"trust_remote_code": trust_remote_code}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **kwargs)
+    except OSError as e:
+        raise OSError(
+            f"could not load model {name!r} (not a local directory, and not found on the "
+            f"Hugging Face hub or in its local cache): {e}"
+        ) from e
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.to(device)
+    if gradient_checkpointing:
+        # transformers 5 renamed it (the old name warns); 4.x only has the old one
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        (enable or model.gradient_checkpointing_enable)()
+        model.config.use_cache = False
+    return model, tokenizer

@@ -1,0 +1,167 @@
+"""Chain sums with worked solutions: `12+7+5=?` -> `12+7=19, 19+5=24. Answer: 24`.
+
+Why our own generator and not reasoning-gym's `chain_sum`: reasoning-gym gives the question
+and the final answer only, and the warm start needs a worked solution as its SFT target.
+The running partial sums make the response length grow with the number of terms (about 10
+tokens for two 1-digit terms, about 50 for five 2-digit terms with the project tokenizer),
+which is the length effect the paper's positive/negative-response analysis needs, and they
+make each step a small, learnable operation for a tiny model.
+
+Difficulty is the number of additions (terms - 1). A problem is a pure function of
+(seed, stream, index). The held-out stream is disjoint from the training stream by
+*content*: a problem belongs to the eval partition iff a hash of its prompt (independent of
+the seed) falls below `eval_fraction`; training draws reject eval-partition problems and eval
+draws reject the rest, so no held-out question is ever trained on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from src.tasks.base import Problem
+
+_ANSWER_TAG = "Answer:"
+# After the last "Answer:": optional spaces, an integer, an optional full stop, nothing else.
+_ANSWER_RE = re.compile(r"\s*([+-]?\d+)\s*\.?\s*")
+
+
+def parse_answer(response: str) -> int | None:
+    """The integer after the last "Answer:", or None when it is missing or malformed.
+
+    Strict on purpose: text after the number (other than a full stop and whitespace) makes
+    the answer malformed, so a policy that does not stop after answering earns no reward.
+    Decode responses with `skip_special_tokens=True` before scoring.
+    """
+    pos = response.rfind(_ANSWER_TAG)
+    if pos < 0:
+        return None
+    m = _ANSWER_RE.fullmatch(response[pos + len(_ANSWER_TAG) :])
+    return int(m.group(1)) if m else None
+
+
+def _in_eval_partition(prompt: str, eval_fraction: float) -> bool:
+    h = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:8], "big")
+    return h / 2.0**64 < eval_fraction
+
+
+class ArithmeticTask:
+    """Procedural chain sums with a binary verifier on the final answer."""
+
+    name = "arithmetic"
+
+    def __init__(
+        self,
+        seed: int = 0,
+        min_terms: int = 2,
+        max_terms: int = 5,
+        max_digits: int = 2,
+        mix: Sequence[float] | None = None,
+        eval_fraction: float = 0.1,
+    ) -> None:
+        """
+        Args:
+            seed: selects the problem streams.
+            min_terms, max_terms: number of terms per problem (inclusive range, >= 2).
+            max_digits: each term has 1..max_digits digits (digit count drawn uniformly,
+                then the value uniformly among numbers with that many digits).
+            mix: relative weights of the term counts min_terms..max_terms (the difficulty
+                mix); None means uniform.
+            eval_fraction: share of the problem space reserved for the held-out stream.
+        """
+        if not 2 <= min_terms <= max_terms:
+            raise ValueError(
+                f"task.min_terms and task.max_terms need 2 <= min_terms <= max_terms, "
+                f"got {min_terms} and {max_terms}"
+            )
+        if not 1 <= max_digits <= 6:
+            raise ValueError(f"task.max_digits must be in [1, 6], got {max_digits}")
+        n_levels = max_terms - min_terms + 1
+        weights = [1.0] * n_levels if mix is None else [float(w) for w in mix]
+        if len(weights) != n_levels:
+            raise ValueError(
+                f"task.mix needs one weight per term count {min_terms}..{max_terms} "
+                f"({n_levels} weights), got {len(weights)}"
+            )
+        if any(w < 0 for w in weights) or sum(weights) <= 0:
+            raise ValueError(f"task.mix weights must be >= 0 with a positive sum, got {weights}")
+        if not 0.0 < eval_fraction < 0.5:
+            raise ValueError(f"task.eval_fraction must be in (0, 0.5), got {eval_fraction}")
+        self.seed = int(seed)
+        self.min_terms = int(min_terms)
+        self.max_terms = int(max_terms)
+        self.max_digits = int(max_digits)
+        self.mix = weights
+        self.eval_fraction = float(eval_fraction)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "seed": self.seed,
+            "min_terms": self.min_terms,
+            "max_terms": self.max_terms,
+            "max_digits": self.max_digits,
+            "mix": list(self.mix),
+            "eval_fraction": self.eval_fraction,
+        }
+
+    # --- generation ---------------------------------------------------------------------
+
+    def _draw(self, rng: random.Random) -> list[int]:
+        n_terms = rng.choices(range(self.min_terms, self.max_terms + 1), weights=self.mix)[0]
+        terms = []
+        for _ in range(n_terms):
+            digits = rng.randint(1, self.max_digits)
+            lo = 1 if digits == 1 else 10 ** (digits - 1)
+            terms.append(rng.randint(lo, 10**digits - 1))
+        return terms
+
+    @staticmethod
+    def _make(terms: list[int], index: int) -> Problem:
+        prompt = "+".join(map(str, terms)) + "=?\n"
+        steps, total = [], terms[0]
+        for t in terms[1:]:
+            steps.append(f"{total}+{t}={total + t}")
+            total += t
+        solution = ", ".join(steps) + f". {_ANSWER_TAG} {total}"
+        return Problem(
+            prompt=prompt,
+            answer=str(total),
+            solution=solution,
+            difficulty=len(terms) - 1,
+            index=index,
+        )
+
+    def _stream_problem(self, stream: str, index: int) -> Problem:
+        if index < 0:
+            raise ValueError(f"problem index must be >= 0, got {index}")
+        # str seeds go through sha512: stable across processes and PYTHONHASHSEED.
+        rng = random.Random(f"arithmetic:{self.seed}:{stream}:{index}")
+        want_eval = stream == "eval"
+        for _ in range(10_000):
+            p = self._make(self._draw(rng), index)
+            if _in_eval_partition(p.prompt, self.eval_fraction) == want_eval:
+                return p
+        raise RuntimeError(  # only reachable with a tiny problem space
+            f"could not draw a {stream} problem for index {index}; the problem space "
+            "is too small for task.eval_fraction (raise max_digits or max_terms)"
+        )
+
+    # --- Task protocol ------------------------------------------------------------------
+
+    def problem(self, index: int) -> Problem:
+        return self._stream_problem("train", index)
+
+    def eval_problems(self, n: int) -> list[Problem]:
+        return [self._stream_problem("eval", i) for i in range(n)]
+
+    def score(self, problem: Problem, response: str) -> float:
+        got = parse_answer(response)
+        return 1.0 if got is not None and got == int(problem.answer) else 0.0
+
+    def corpus(self, n: int) -> list[str]:
+        return [p.prompt + p.solution for p in (self.problem(i) for i in range(n))]

@@ -1,0 +1,237 @@
+"""Models: tokenizer, tiny model, sampling helper, cached warm start, HF loader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from src.models import (
+    build_tiny_model,
+    cache_key,
+    generate,
+    load_hf_model,
+    num_parameters,
+    train_tokenizer,
+    warm_start,
+)
+from src.models.warm_start import resolve_configs, sft_batch
+from src.tasks import get_task
+
+TINY_MODEL = {
+    "hidden_size": 32,
+    "num_layers": 1,
+    "num_heads": 2,
+    "intermediate_size": 64,
+    "tokenizer_corpus": 300,
+}
+TINY_SFT = {
+    "steps": 3,
+    "batch_size": 8,
+    "warmup_steps": 1,
+    "eval_problems": 4,
+    "eval_samples": 2,
+    "max_new_tokens": 8,
+}
+
+
+@pytest.fixture(scope="module")
+def task():
+    return get_task("arithmetic", seed=0)
+
+
+@pytest.fixture(scope="module")
+def tok(task):
+    return train_tokenizer(task.corpus(1000), 320)
+
+
+def _weights_equal(a, b) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+# --- tokenizer -----------------------------------------------------------------------
+
+
+def test_tokenizer_round_trips_and_splits_digits(tok, task):
+    for text in [
+        task.problem(0).prompt + task.problem(0).solution,
+        "123+4567=4690, 4690+89=4779. Answer: 4779",
+        "unseen text: héllo 😀\n",
+    ]:
+        ids = tok(text)["input_ids"]
+        assert ids[0] == tok.bos_token_id
+        assert tok.decode(ids, skip_special_tokens=True) == text
+    ids = tok("90817263545463728190", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == list("90817263545463728190")
+    # "Answer" is learned as one token, so responses stay short
+    assert len(tok(" Answer:", add_special_tokens=False)["input_ids"]) == 2
+
+
+def test_tokenizer_special_tokens_and_padding(tok, tmp_path):
+    ids = {tok.pad_token_id, tok.bos_token_id, tok.eos_token_id}
+    assert len(ids) == 3 and None not in ids
+    assert tok.padding_side == "left"
+    batch = tok(["1+2=?\n", "12+34+5=?\n"], padding=True, return_tensors="pt")
+    assert batch["input_ids"][0, 0] == tok.pad_token_id
+    assert batch["attention_mask"][0].tolist()[:4] == [0, 0, 0, 0]
+    tok.save_pretrained(tmp_path)
+    from transformers import PreTrainedTokenizerFast
+
+    again = PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    text = "7+66=73. Answer: 73"
+    assert again(text)["input_ids"] == tok(text)["input_ids"]
+    assert again.eos_token_id == tok.eos_token_id
+
+
+def test_tokenizer_is_deterministic(task):
+    a = train_tokenizer(task.corpus(500), 300)
+    b = train_tokenizer(task.corpus(500), 300)
+    assert a.get_vocab() == b.get_vocab()
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_tokenizer(["1+1"], 100)
+
+
+# --- tiny model ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_default_tiny_model_size_and_seed(tok, arch):
+    model = build_tiny_model(tok, arch=arch, seed=0)
+    n = num_parameters(model)
+    assert 2_000_000 <= n <= 10_000_000, n
+    assert next(model.parameters()).dtype == torch.float32
+    assert model.config.vocab_size == len(tok)
+    assert model.config.eos_token_id == tok.eos_token_id
+    assert _weights_equal(model, build_tiny_model(tok, arch=arch, seed=0))
+    assert not _weights_equal(model, build_tiny_model(tok, arch=arch, seed=1))
+
+
+def test_tiny_model_config_errors(tok):
+    with pytest.raises(ValueError, match="model.arch"):
+        build_tiny_model(tok, arch="gpt5")
+    with pytest.raises(ValueError, match="divisible"):
+        build_tiny_model(tok, hidden_size=30, num_heads=4)
+
+
+# --- SFT batch and sampling ----------------------------------------------------------
+
+
+def test_sft_batch_masks_prompt(tok, task):
+    probs = [task.problem(i) for i in range(4)]
+    b = sft_batch(tok, probs)
+    for i, p in enumerate(probs):
+        n_prompt = len(tok(p.prompt)["input_ids"])
+        n_sol = len(tok(p.solution, add_special_tokens=False)["input_ids"]) + 1
+        labels = b["labels"][i]
+        assert (labels[:n_prompt] == -100).all()
+        assert int((labels != -100).sum()) == n_sol
+        assert int(b["attention_mask"][i].sum()) == n_prompt + n_sol
+        kept = labels[labels != -100].tolist()
+        assert kept[-1] == tok.eos_token_id
+        assert tok.decode(kept, skip_special_tokens=True) == p.solution
+
+
+def test_generate_is_seeded_and_prompt_major(tok):
+    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0)
+    prompts = ["1+2=?\n", "12+34+5=?\n", "9+9=?\n"]
+    state = torch.random.get_rng_state()
+    a = generate(model, tok, prompts, num_samples=2, max_new_tokens=6, seed=3)
+    assert torch.equal(torch.random.get_rng_state(), state)  # caller's RNG untouched
+    b = generate(model, tok, prompts, num_samples=2, max_new_tokens=6, seed=3)
+    assert a == b
+    assert [(g.prompt_index, g.sample_index) for g in a] == [
+        (i, j) for i in range(3) for j in range(2)
+    ]
+    for g in a:
+        assert 1 <= len(g.token_ids) <= 6
+        assert g.finished == (g.token_ids[-1] == tok.eos_token_id)
+        assert g.text == tok.decode(g.token_ids, skip_special_tokens=True)
+    c = generate(model, tok, prompts, num_samples=2, max_new_tokens=6, seed=4)
+    assert [g.token_ids for g in a] != [g.token_ids for g in c]
+    g1 = generate(model, tok, prompts, max_new_tokens=6, greedy=True)
+    g2 = generate(model, tok, prompts, max_new_tokens=6, greedy=True, seed=9)
+    assert g1 == g2
+
+
+# --- warm start ----------------------------------------------------------------------
+
+
+def test_warm_start_caches_and_reuses(task, tmp_path):
+    m1, t1, info1 = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path, seed=0, progress=False)
+    assert info1["cache_hit"] is False
+    entry = tmp_path / info1["key"]
+    assert info1["path"] == str(entry)
+    assert (entry / "info.json").is_file() and (entry / "config.json").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == [info1["key"]]  # no temp dirs left
+    on_disk = json.loads((entry / "info.json").read_text())
+    assert len(on_disk["sft_losses"]) == TINY_SFT["steps"]
+    for k in ("greedy_accuracy", "sampled_accuracy", "sft_loss_final", "by_difficulty"):
+        assert k in on_disk
+    assert 0.0 <= on_disk["sampled_accuracy"] <= 1.0
+    mtime = (entry / "info.json").stat().st_mtime_ns
+
+    m2, t2, info2 = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path, seed=0, progress=False)
+    assert info2["cache_hit"] is True and info2["key"] == info1["key"]
+    assert (entry / "info.json").stat().st_mtime_ns == mtime
+    assert _weights_equal(m1, m2)
+    assert t2("3+4=?\n")["input_ids"] == t1("3+4=?\n")["input_ids"]
+    assert t2.padding_side == "left"
+
+    # a different config (or seed) is a different cache entry
+    other_sft = {**TINY_SFT, "steps": 4}
+    assert cache_key(task, TINY_MODEL, other_sft, 0) != info1["key"]
+    assert cache_key(task, TINY_MODEL, TINY_SFT, 1) != info1["key"]
+    assert cache_key(get_task("arithmetic", seed=1), TINY_MODEL, TINY_SFT, 0) != info1["key"]
+    # explicit defaults hash like omitted ones
+    full_model, full_sft = resolve_configs(TINY_MODEL, TINY_SFT)
+    assert cache_key(task, full_model, full_sft, 0) == info1["key"]
+    _, _, info3 = warm_start(task, TINY_MODEL, other_sft, tmp_path, seed=0, progress=False)
+    assert info3["cache_hit"] is False and info3["key"] != info1["key"]
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_warm_start_is_deterministic(task, tmp_path):
+    m1, _, i1 = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path / "a", seed=0, progress=False)
+    m2, _, i2 = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path / "b", seed=0, progress=False)
+    assert i2["cache_hit"] is False
+    assert _weights_equal(m1, m2)
+    assert i1["sft_losses"] == i2["sft_losses"]
+
+
+def test_warm_start_rejects_unknown_keys(task, tmp_path):
+    with pytest.raises(ValueError, match="sft.stepz"):
+        warm_start(task, TINY_MODEL, {"stepz": 3}, tmp_path, seed=0)
+    with pytest.raises(ValueError, match="sft.lr"):
+        warm_start(task, TINY_MODEL, {"lr": 0}, tmp_path, seed=0)
+    assert not any(tmp_path.iterdir())
+
+
+# --- HF loader -----------------------------------------------------------------------
+
+
+def test_load_hf_model_missing_path_is_clear(tmp_path):
+    missing = tmp_path / "no_such_model"
+    with pytest.raises(FileNotFoundError, match="no_such_model"):
+        load_hf_model(str(missing), dtype="float32", device="cpu")
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_hf_model(tmp_path, dtype="float32", device="cpu")
+    with pytest.raises(ValueError, match="model.dtype"):
+        load_hf_model(tmp_path, dtype="float8", device="cpu")
+
+
+def test_load_hf_model_local_round_trip(tok, tmp_path):
+    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, ltok = load_hf_model(
+        tmp_path, dtype="fp32", device="cpu", gradient_checkpointing=True
+    )
+    assert ltok.padding_side == "left" and ltok.pad_token_id == tok.pad_token_id
+    assert getattr(loaded, "is_activation_checkpointing", None) or loaded.is_gradient_checkpointing
+    ids = tok(["12+3=?\n"], return_tensors="pt")["input_ids"]
+    model.eval()
+    loaded.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, loaded(ids).logits)
