@@ -134,3 +134,23 @@ def test_wandb_logger_stays_offline(tmp_path, smoke_overrides, monkeypatch):
     run_dir = run_smoke(tmp_path, [*smoke_overrides, "logger=wandb", "train.steps=1"], "wb")
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert offline, "wandb should have written an offline run inside the run dir"
+
+
+def test_multirun_sweeps_methods_into_their_run_dirs(tmp_path, smoke_overrides):
+    cmd = [sys.executable, "-m", "src.run", "-m", *smoke_overrides, "method=ppo,top_entropy",
+           "train.steps=1", f"hydra.sweep.dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for method in ("ppo", "top_entropy"):
+        status = json.loads((tmp_path / "smoke" / method / "seed0" / "status.json").read_text())
+        assert status["status"] == "finished"
+
+
+def test_tiny_model_yaml_mirrors_code_defaults():
+    import yaml
+
+    from src.models.warm_start import DEFAULT_MODEL_CFG, DEFAULT_SFT_CFG
+
+    conf = yaml.safe_load((REPO / "conf" / "model" / "tiny.yaml").read_text())
+    assert conf["architecture"] == DEFAULT_MODEL_CFG
+    assert conf["sft"] == DEFAULT_SFT_CFG
