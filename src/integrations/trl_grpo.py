@@ -1,0 +1,675 @@
+"""TRL plug: `GRPOTrainer` whose policy loss is the project's objective.
+
+`ProjectGRPOTrainer` keeps everything of TRL's GRPO (generation with HF or vLLM, reward
+functions, group advantages, accelerate/DeepSpeed/FSDP, checkpoints, its own logging) and
+replaces only `_compute_loss`: the per-token log-probs and entropies of TRL's own forward
+pass go into `src.algorithms.policy_loss(objective, ...)`, the function the project's
+trainer calls. No objective math lives here.
+
+Staleness is set with TRL's own knobs (see `trl_staleness`):
+
+    k (updates per rollout)  = steps_per_generation / gradient_accumulation_steps
+    e (passes, epochs factor) = num_iterations
+    rollout batch            = generation_batch_size
+                             = per_device_train_batch_size * num_processes * steps_per_generation
+
+so one optimizer step uses one mini-batch of `generation_batch_size / k` responses, and
+update j of a rollout is j updates stale, as in the project's `minibatch` mode.
+
+Optional telemetry writes the project's run dir (config.yaml, meta.json, status.json,
+metrics.jsonl with update/step/eval records, tokens/step_XXXXXX.parquet), so
+`analysis/make_figures.py --runs <dir>` reads TRL runs. Launch: see README.md here, or
+`python -m src.integrations.trl_grpo --config conf/integrations/trl_grpo.yaml`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from src.algorithms import CLIP_STATES, policy_loss
+from src.algorithms._checks import NonFiniteError
+from src.integrations._common import ResolvedMethod, combine_records, resolve_method
+
+_CLIP_NAMES = np.array(CLIP_STATES)
+# Means over a step's updates, as the project's trainer writes them (src.trainer.STEP_MEAN_KEYS).
+STEP_MEAN_KEYS = ("clip_frac", "clip_low_frac", "clip_high_frac", "clip_frac_pos", "clip_frac_neg",
+                  "token_share_pos", "token_share_neg", "contrib_grad_pos_share",
+                  "contrib_value_pos_share", "c_low", "c_high", "rho", "grad_norm", "kl_k3",
+                  "entropy_clip_cov", "abs_log_ratio_mean")
+# Inputs TRL forwards to `_get_per_token_logps_and_entropies` (multimodal models); the
+# ones the installed TRL accepts are picked by signature.
+_FORWARD_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
+                 "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids",
+                 "mm_token_type_ids", "image_position_ids")
+SUPPORTED_LOSS_TYPES = ("dapo", "bnpo", "grpo", "dr_grpo")
+TESTED_TRL = "1.16"  # the plug overrides TRL internals (_compute_loss, ...): newer majors may move them
+
+
+def _warn_if_untested_trl() -> None:
+    import trl
+    major_minor = tuple(int(x) for x in trl.__version__.split(".")[:2] if x.isdigit())
+    if major_minor < (1, 16) or major_minor[:1] != (1,):
+        warnings.warn(f"the TRL plug was tested with trl {TESTED_TRL}.x; found {trl.__version__}",
+                      stacklevel=3)
+
+
+def trl_staleness(args: GRPOConfig) -> tuple[int, int]:
+    """(k, e): optimizer updates per pass over a rollout, and passes (num_iterations).
+
+    Needs `steps_per_generation % gradient_accumulation_steps == 0`, so every optimizer
+    step is one whole mini-batch of one rollout.
+    """
+    gas, spg = int(args.gradient_accumulation_steps), int(args.steps_per_generation)
+    if spg % gas:
+        raise ValueError(
+            f"steps_per_generation ({spg}) must be a multiple of gradient_accumulation_steps "
+            f"({gas}): staleness k = steps_per_generation / gradient_accumulation_steps updates "
+            "per rollout, each on a whole mini-batch")
+    return spg // gas, int(args.num_iterations)
+
+
+def trl_knobs(staleness: int, *, epochs: int = 1, gradient_accumulation_steps: int = 1) -> dict[str, int]:
+    """GRPOConfig fields for the project's staleness k (and epochs factor e)."""
+    if staleness < 1 or epochs < 1 or gradient_accumulation_steps < 1:
+        raise ValueError("staleness, epochs and gradient_accumulation_steps must be >= 1")
+    return {"steps_per_generation": staleness * gradient_accumulation_steps,
+            "num_iterations": epochs, "gradient_accumulation_steps": gradient_accumulation_steps}
+
+
+def check_trl_args(a: GRPOConfig) -> None:
+    """GRPOConfig knobs that would change the objective fail here, by name, with the fix."""
+
+    def bad(knob: str, why: str) -> None:
+        raise ValueError(f"GRPOConfig.{knob}: {why}")
+
+    if getattr(a, "beta", 0.0) != 0.0:
+        bad("beta", "the project's objectives have no KL-to-reference term; set beta=0.0")
+    if getattr(a, "importance_sampling_level", "token") != "token":
+        bad("importance_sampling_level", "the objectives use token-level ratios; set 'token'")
+    if getattr(a, "top_entropy_quantile", 1.0) != 1.0:
+        bad("top_entropy_quantile", "use method='top_entropy' (its q) and leave this at 1.0")
+    if getattr(a, "off_policy_mask_threshold", None) is not None:
+        bad("off_policy_mask_threshold", "sequence masking is not part of the objectives; set None")
+    if getattr(a, "delta", None) is not None:
+        bad("delta", "two-sided clipping is not part of the objectives; use the method's "
+                     "dual_clip_c for the dual clip, or leave delta=None")
+    if getattr(a, "entropy_coef", 0.0) != 0.0 or getattr(a, "use_adaptive_entropy", False):
+        bad("entropy_coef", "an entropy bonus is not part of the objectives; set 0.0")
+    if getattr(a, "use_vllm", False) and getattr(a, "vllm_importance_sampling_correction", False):
+        bad("vllm_importance_sampling_correction",
+            "set False: the behaviour log-probs are recomputed by the trainer "
+            "(old_per_token_logps), as the project does; vLLM's own log-probs are logged "
+            "as logp_sampler instead of reweighting the loss")
+    if a.loss_type not in SUPPORTED_LOSS_TYPES:
+        bad("loss_type", f"{a.loss_type!r} is a different objective; the method's aggregation "
+                         f"sets the normalisation (any of {SUPPORTED_LOSS_TYPES} is accepted and ignored)")
+    trl_staleness(a)
+
+
+def _git_commit() -> str | None:
+    try:
+        from src.run import _git_commit as commit
+        return commit()
+    except Exception:  # noqa: BLE001 - metadata only
+        return None
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+    found = {}
+    for name in ("torch", "transformers", "trl", "accelerate", "datasets", "vllm", "deepspeed",
+                 "bapo-repro"):
+        try:
+            found[name] = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return found
+
+
+class ProjectGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer with the project's objectives (ppo, clip_higher, top_entropy, bapo).
+
+    Extra keyword arguments (everything else goes to `GRPOTrainer`):
+    - `method`: a conf/method label (`"bapo"`, `"bapo_official"`, `"clip_0.8_1.5"`, ...) or
+      a mapping in that format; `method_overrides` is merged on top.
+    - `run_dir`: write the project's run dir there (None: TRL's own logging only).
+    - `experiment`: `experiment.name` in config.yaml (the label analysis groups by).
+    - `token_fraction`: share of responses whose tokens are written (whole responses).
+    - `accuracy_threshold`: a response counts as correct when reward >= this.
+    - `eval_fn(step) -> {"greedy_accuracy", "sampled_accuracy", "n_problems", ...}`,
+      called on every rank (it may run the model) at step 0, every `eval_every` steps and
+      at the end; the main process writes `kind: eval` records.
+    - `global_stats`: with several processes, search the BAPO bounds and the top-q entropy
+      threshold over the micro-batches of all ranks (gathered), not per rank.
+
+    The loss `aggregation` of the method replaces TRL's `loss_type`: token-mean is TRL's
+    `dapo` normalisation (tokens of the whole optimizer step, all ranks),
+    seq-mean-token-mean is `grpo`, seq-mean-token-sum-norm is `dr_grpo`.
+    """
+
+    def __init__(self, *args, method: str | Mapping[str, Any] = "bapo",
+                 method_overrides: Mapping[str, Any] | None = None,
+                 run_dir: str | Path | None = None, experiment: str = "trl",
+                 token_fraction: float = 1.0, accuracy_threshold: float = 1.0,
+                 eval_fn: Callable[[int], dict] | None = None, eval_every: int | None = None,
+                 global_stats: bool = True, extra_config: Mapping[str, Any] | None = None,
+                 **kwargs):
+        trl_args = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if trl_args is None:
+            raise ValueError("pass args=GRPOConfig(...): the plug reads its staleness knobs")
+        check_trl_args(trl_args)  # before TRL builds anything (e.g. a reference model)
+        _warn_if_untested_trl()
+        super().__init__(*args, **kwargs)
+        self.method: ResolvedMethod = resolve_method(
+            method, method_overrides, norm_length=self.args.max_completion_length)
+        self.staleness, self.epochs = trl_staleness(self.args)
+        self.updates_per_rollout = self.staleness * self.epochs
+        self.global_stats = bool(global_stats)
+        if not 0.0 < token_fraction <= 1.0:
+            raise ValueError(f"token_fraction must be in (0, 1], got {token_fraction}")
+        if eval_fn is not None and (eval_every is None or eval_every < 1):
+            raise ValueError("eval_every must be >= 1 when eval_fn is given")
+        sig = inspect.signature(self._get_per_token_logps_and_entropies).parameters
+        self._forward_keys = tuple(k for k in _FORWARD_KEYS if k in sig)
+        if (self.method.objective == "bapo" and self.args.gradient_accumulation_steps > 1):
+            warnings.warn(
+                "bapo with gradient_accumulation_steps > 1 searches its bounds per micro-batch "
+                "(1/gradient_accumulation_steps of the mini-batch). For the paper's per-update "
+                "search use gradient_accumulation_steps=1 and scale per_device_train_batch_size "
+                "or the number of processes instead.", stacklevel=2)
+        self._run_dir = Path(run_dir) if run_dir is not None else None
+        self._experiment = experiment
+        self._token_fraction = float(token_fraction)
+        self._accuracy_threshold = float(accuracy_threshold)
+        self._eval_fn, self._eval_every = eval_fn, eval_every
+        self._extra_config = dict(extra_config or {})
+        self._writer = None
+        self._last_eval_step: int | None = None
+        self._reset_rollout(step=-1)
+        self._micro: list[dict] = []
+        self._update_time = 0.0
+        self._gen_time = 0.0
+        self._last_grad_norm: float | None = None
+        if self._run_dir is not None:
+            self.add_callback(_RunDirCallback(self))
+
+    # -- the loss -----------------------------------------------------------------------
+    def _compute_loss(self, model, inputs):
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        extra = {k: inputs.get(k) for k in self._forward_keys}
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled, **extra)
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old
+        adv = inputs["advantages"]
+        adv = adv[:, None].expand_as(logps) if adv.dim() == 1 else adv.expand_as(logps)
+        mode = "train" if self.model.training else "eval"
+
+        out, record = self._objective(logps, old, adv, mask.bool(), entropies)
+        # A skipped micro-batch gives a zero loss that keeps the graph (DDP needs it).
+        loss = logps.sum() * 0.0 if out is None else self._scale(out.loss, mask, inputs, mode)
+        if self.aux_loss_enabled:
+            gas = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / gas
+        self._log_trl_metrics(mode, record)
+        if mode == "train" and self._run_dir is not None:
+            record["tokens_total"] = int(mask.sum())
+            self._micro.append(record)
+            if out is not None and self.accelerator.is_main_process:
+                self._token_rows(inputs, mask.bool(), logps, old, adv, entropies, out)
+        return loss
+
+    def _objective(self, logps: Tensor, old: Tensor, adv: Tensor, mask: Tensor,
+                   entropy: Tensor) -> tuple[Any, dict]:
+        """(PolicyLossOutput | None, metrics record). None: skip this micro-batch."""
+        m, params = self.method, dict(self.method.params)
+        use_global = (self.global_stats and self.accelerator.num_processes > 1
+                      and m.objective in ("bapo", "top_entropy"))
+        try:
+            shared = self._global_reference(logps, old, adv, mask, entropy) if use_global else None
+            if not bool(mask.any()):
+                return None, {"skipped": True, "skip_reason": "no loss-bearing response tokens"}
+            if shared is None:
+                out = policy_loss(m.objective, logps, old, adv, mask, entropy=entropy, **params)
+            elif m.objective == "bapo":
+                fixed = {k: params[k] for k in ("dual_clip_c", "aggregation", "norm_length")}
+                out = policy_loss("ppo", logps, old, adv, mask, entropy=entropy,
+                                  c_low=shared.c_low, c_high=shared.c_high, **fixed)
+                out.metrics.update({k: shared.metrics[k] for k in (
+                    "rho", "rho_before", "bapo_steps", "bapo_reached", "bapo_undefined")})
+            else:
+                rank, (b, t) = self.accelerator.process_index, logps.shape
+                selection = shared.in_loss[rank * b:(rank + 1) * b, :t]
+                out = policy_loss("top_entropy", logps, old, adv, mask, entropy=entropy,
+                                  selection_mask=selection, **params)
+        except NonFiniteError as e:
+            return None, {"skipped": True, "skip_reason": f"non-finite input: {e}"}
+        if not bool(torch.isfinite(out.loss)):
+            return None, {"skipped": True, "skip_reason": "non-finite loss"}
+        return out, {**out.metrics, "loss": float(out.loss.detach()), "skipped": False,
+                     "skip_reason": None}
+
+    def _global_reference(self, logps, old, adv, mask, entropy):
+        """The method on the detached micro-batches of all ranks: bounds / selection only.
+
+        Collective: every rank calls it for every micro-batch (TRL keeps ranks in step).
+        Needs the same per-rank batch size, which TRL's sampler guarantees in training.
+        """
+        stacked = torch.stack([logps.detach(), old.detach().to(logps.dtype), adv.to(logps.dtype),
+                               mask.to(logps.dtype), entropy.detach().to(logps.dtype)])
+        padded = self.accelerator.pad_across_processes(stacked, dim=2, pad_index=0)
+        g = self.accelerator.gather(padded[None])  # [world, 5, B, T]
+        g = g.transpose(0, 1).reshape(5, -1, g.shape[-1])
+        g_logp, g_old, g_adv, g_mask, g_ent = g[0], g[1], g[2], g[3].bool(), g[4]
+        if not bool(g_mask.any()):
+            return None
+        return policy_loss(self.method.objective, g_logp, g_old, g_adv, g_mask, entropy=g_ent,
+                           **self.method.params)
+
+    def _scale(self, loss: Tensor, mask: Tensor, inputs: dict, mode: str) -> Tensor:
+        """Turn the micro-batch loss into this micro-step's share of the optimizer step.
+
+        token-mean: the objective's mean over this micro-batch, weighted by the micro-batch's
+        share of the response tokens of the whole optimizer step on all ranks (TRL's `dapo`
+        normaliser); exactly the token mean over the mini-batch for ppo/clip_higher/bapo.
+        seq-mean modes: divided by the accumulation steps (TRL's `grpo` / `dr_grpo`).
+        """
+        gas = self.current_gradient_accumulation_steps if mode == "train" else 1
+        if self.method.params["aggregation"] != "token-mean":
+            return loss / gas
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        if mode == "train":
+            normalizer = normalizer * gas / self.args.steps_per_generation
+        return loss * mask.sum() / normalizer
+
+    def _log_trl_metrics(self, mode: str, record: dict) -> None:
+        """The method's view in TRL's own logs (console / wandb / tensorboard)."""
+        keys = ("clip_low_frac", "clip_high_frac", "clip_frac", "entropy_mean", "c_low", "c_high",
+                "rho", "contrib_grad_pos_share", "token_share_pos", "kl_k3")
+        names = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "entropy",
+                 "objective/c_low", "objective/c_high", "objective/rho",
+                 "objective/contrib_grad_pos_share", "objective/token_share_pos", "objective/kl_k3")
+        vals = [record.get(k) for k in keys]
+        local = torch.tensor([math.nan if v is None else float(v) for v in vals],
+                             device=self.accelerator.device)
+        gathered = self.accelerator.gather(local[None]).reshape(-1, len(keys))
+        means = gathered.nanmean(dim=0)
+        for name, value in zip(names, means.tolist(), strict=True):
+            if math.isfinite(value):
+                self._metrics[mode][name].append(value)
+
+    # -- rollout bookkeeping (for the run dir) ------------------------------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._rewards_per_func = rewards_per_func  # all ranks' rows, in process order
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        t0 = time.perf_counter()
+        out = super()._generate_and_score_completions(inputs)
+        if not self.model.training or self._run_dir is None:
+            return out
+        rpf = self._rewards_per_func
+        rewards = (rpf * self.reward_weights.to(rpf.device)[None]).nansum(dim=1)
+        rewards[torch.isnan(rpf).all(dim=1)] = math.nan
+        b = out["completion_ids"].shape[0]
+        rank = self.accelerator.process_index
+        ids = torch.arange(rank * b, (rank + 1) * b, device=rewards.device)
+        out["repro_response_id"] = ids
+        out["repro_group_id"] = ids // self.num_generations
+        out["repro_reward"] = rewards[ids]
+        step = self.state.global_step // self.updates_per_rollout
+        self._reset_rollout(step)
+        lengths = self.accelerator.gather(out["completion_mask"].sum(dim=1))
+        advantages = self.accelerator.gather(out["advantages"].reshape(b, -1)[:, 0].contiguous())
+        gap = self._sampler_gap(out)
+        gen = torch.Generator().manual_seed(int(self.args.seed) * 1_000_003 + step)
+        self._keep = torch.rand(rewards.numel(), generator=gen) < self._token_fraction
+        self._rollout_stats = self._rollout_record(step, rewards.float().cpu(), lengths.float().cpu(),
+                                                   advantages.float().cpu(), gap)
+        self._gen_time = time.perf_counter() - t0
+        self._rollout_stats["time_rollout_s"] = self._gen_time
+        return out
+
+    def _sampler_gap(self, out: dict) -> float | None:
+        sampler, behaviour = out.get("sampling_per_token_logps"), out.get("old_per_token_logps")
+        if sampler is None or behaviour is None:
+            return None
+        m = out["completion_mask"].bool() & torch.isfinite(sampler)
+        part = torch.stack([(sampler - behaviour).abs()[m].sum(), m.sum().to(sampler.dtype)])
+        total = self.accelerator.reduce(part, reduction="sum")
+        return float(total[0] / total[1]) if float(total[1]) > 0 else None
+
+    def _rollout_record(self, step: int, rewards: Tensor, lengths: Tensor, adv: Tensor,
+                        gap: float | None) -> dict:
+        g = self.num_generations
+        grouped = rewards.view(-1, g)
+        degenerate = int((grouped == grouped[:, :1]).all(dim=1).sum())
+        finite = torch.isfinite(rewards)
+
+        def mean_or_none(x: Tensor) -> float | None:
+            return float(x.mean()) if x.numel() else None
+
+        return {"step": step, "reward_mean": mean_or_none(rewards[finite]),
+                "accuracy": mean_or_none((rewards[finite] >= self._accuracy_threshold).float()),
+                "degenerate_groups": degenerate, "num_groups": grouped.shape[0],
+                "response_length_mean": mean_or_none(lengths),
+                "response_length_pos": mean_or_none(lengths[adv > 0]),
+                "response_length_neg": mean_or_none(lengths[adv < 0]),
+                "sampler_logp_gap": gap, "time_behavior_s": None}
+
+    def _reset_rollout(self, step: int) -> None:
+        self._rollout_step = step
+        self._rollout_stats: dict = {}
+        self._rollout_updates: list[dict] = []
+        self._token_parts: list[dict[str, np.ndarray]] = []
+        self._keep: Tensor | None = None
+        self._rollout_t0 = time.perf_counter()
+        self._time_telemetry = 0.0
+
+    def _token_rows(self, inputs, mask, logps, old, adv, entropy, out) -> None:
+        t0 = time.perf_counter()
+        ids = inputs["repro_response_id"].cpu()
+        keep = self._keep[ids] if self._keep is not None else torch.ones_like(ids, dtype=torch.bool)
+        sel = mask.cpu() & keep[:, None]
+        n = int(sel.sum())
+        if n == 0:
+            return
+        rows, pos = sel.nonzero(as_tuple=True)
+        update = (self._step % (self.args.steps_per_generation * self.num_iterations)
+                  ) // self.args.gradient_accumulation_steps
+        sampler = inputs.get("sampling_per_token_logps")
+
+        def f32(t: Tensor | None) -> np.ndarray:
+            if t is None:
+                return np.full(n, np.nan, np.float32)
+            return t.detach().float().cpu()[sel].numpy()
+
+        lengths = inputs["completion_mask"].sum(dim=1).cpu()
+        self._token_parts.append({
+            "step": np.full(n, self._rollout_step, np.int32),
+            "update": np.full(n, update, np.int16),
+            "response_id": ids[rows].numpy().astype(np.int32),
+            "group_id": inputs["repro_group_id"].cpu()[rows].numpy().astype(np.int32),
+            "position": pos.numpy().astype(np.int16),
+            "token_id": inputs["completion_ids"].cpu()[sel].numpy().astype(np.int32),
+            "logp_behavior": f32(old), "logp_sampler": f32(sampler), "logp": f32(logps),
+            "ratio": f32(out.ratio), "advantage": f32(adv), "entropy": f32(entropy),
+            "clip_state": _CLIP_NAMES[out.clip_state.cpu()[sel].numpy()],
+            "in_loss": out.in_loss.cpu()[sel].numpy(),
+            "c_low": np.full(n, out.c_low, np.float32), "c_high": np.full(n, out.c_high, np.float32),
+            "reward": inputs["repro_reward"].float().cpu()[rows].numpy(),
+            "response_length": lengths[rows].numpy().astype(np.int16),
+        })
+        self._time_telemetry += time.perf_counter() - t0
+
+    # -- update / step boundaries ------------------------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch):
+        t0, self._gen_time = time.perf_counter(), 0.0
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._update_time += time.perf_counter() - t0 - self._gen_time
+        return loss
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        try:
+            self._last_grad_norm = float(norm)
+        except (TypeError, ValueError):
+            self._last_grad_norm = None
+        return norm
+
+    def _end_update(self) -> None:
+        """After each optimizer step (every rank): one `kind: update` record."""
+        from accelerate.utils import gather_object
+
+        records = gather_object(self._micro) if self.accelerator.num_processes > 1 else self._micro
+        self._micro = []
+        done = self.state.global_step  # already counts this update
+        index = (done - 1) % self.updates_per_rollout
+        record = combine_records(records)
+        gn = self._last_grad_norm
+        record.update(step=self._rollout_step, update=index, global_update=done - 1,
+                      policy_lag=index, grad_norm=gn if gn is not None and math.isfinite(gn) else None,
+                      time_update_s=self._update_time)
+        self._last_grad_norm, self._update_time = None, 0.0
+        self._rollout_updates.append(record)
+        if self._writer is not None:
+            self._writer.log_update(record)
+        if done % self.updates_per_rollout == 0:
+            self._end_rollout()
+
+    def _end_rollout(self) -> None:
+        """After a rollout's last update (every rank): tokens, `kind: step`, maybe eval."""
+        step, updates = self._rollout_step, self._rollout_updates
+        if step < 0 or not updates:
+            return
+        if self._writer is not None:
+            t0 = time.perf_counter()
+            if self._token_parts:
+                self._writer.write_tokens(step, {k: np.concatenate([p[k] for p in self._token_parts])
+                                                 for k in self._token_parts[0]})
+            self._time_telemetry += time.perf_counter() - t0
+            good = [u for u in updates if not u.get("skipped")]
+            record = dict(self._rollout_stats)
+            # Update 0 runs the behaviour weights, so its entropies are the behaviour policy's
+            # (on the first mini-batch: a 1/k random sample of the rollout's responses).
+            record["entropy_mean"] = updates[0].get("entropy_mean")
+            for key in STEP_MEAN_KEYS:
+                vals = [u.get(key) for u in good if u.get(key) is not None]
+                record[key] = sum(vals) / len(vals) if vals else None
+            record.update(skipped_updates=len(updates) - len(good),
+                          time_update_s=sum(u["time_update_s"] for u in updates),
+                          time_telemetry_s=self._time_telemetry,
+                          time_step_s=time.perf_counter() - self._rollout_t0)
+            self._writer.log_step(record)
+            self._writer.set_status("running")
+        self._rollout_updates = []
+        if self._eval_fn is not None and (step + 1) % self._eval_every == 0:
+            self._evaluate(step + 1)
+
+    def _evaluate(self, step: int) -> None:
+        if self._last_eval_step == step:
+            return
+        was_training = self.model.training
+        record = self._eval_fn(step)
+        self.model.train(was_training)
+        self._last_eval_step = step
+        if self._writer is not None:
+            self._writer.log_eval({**record, "step": step})
+
+    # -- run dir lifecycle -------------------------------------------------------------
+    def run_config(self) -> dict:
+        """config.yaml: the keys analysis reads (run_dir_spec.md) plus the TRL knobs."""
+        a = self.args
+        rollout_batch = int(a.generation_batch_size)
+        max_steps = int(a.max_steps) if a.max_steps and a.max_steps > 0 else None
+        knobs = {k: getattr(a, k, None) for k in (
+            "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+            "num_iterations", "generation_batch_size", "num_generations", "max_completion_length",
+            "loss_type", "scale_rewards", "use_vllm", "max_steps", "learning_rate", "max_grad_norm")}
+        return {
+            "method": self.method.config,
+            "experiment": {"name": self._experiment, "description": "TRL GRPOTrainer plug"},
+            "train": {"staleness": self.staleness, "epochs": self.epochs,
+                      "steps": -(-max_steps // self.updates_per_rollout) if max_steps else None,
+                      "prompts_per_step": rollout_batch // self.num_generations,
+                      "group_size": self.num_generations, "lr": float(a.learning_rate),
+                      "grad_clip": float(a.max_grad_norm),
+                      "advantage_std_norm": getattr(a, "scale_rewards", "group") == "group"},
+            "rollout": {"backend": "vllm" if getattr(a, "use_vllm", False) else "hf",
+                        "max_new_tokens": a.max_completion_length,
+                        "temperature": a.temperature, "top_p": a.top_p},
+            "logger": {"token_fraction": self._token_fraction},
+            "seed": int(a.seed),
+            "engine": {"name": "trl", "num_processes": self.accelerator.num_processes,
+                       "distributed_type": getattr(self.accelerator.distributed_type, "value",
+                                                   str(self.accelerator.distributed_type)),
+                       "global_stats": self.global_stats,
+                       "knobs": json.loads(json.dumps(knobs, default=str))},
+            **self._extra_config,
+        }
+
+    def _open_run_dir(self) -> None:
+        from src.telemetry import RunWriter, now_iso
+
+        done_steps = self.state.global_step // self.updates_per_rollout
+        if not self.accelerator.is_main_process:
+            return
+        meta = {"git_commit": _git_commit(), "versions": _versions(),
+                "device": str(self.accelerator.device),
+                "num_processes": self.accelerator.num_processes, "start_time": now_iso(),
+                "method": self.method.name, "experiment": self._experiment,
+                "staleness": self.staleness, "seed": int(self.args.seed), "engine": "trl",
+                "resumed_at_step": done_steps or None}
+        self._meta = meta
+        # A fresh start (-1) drops what a crashed earlier run left; a resume keeps the steps
+        # its checkpoint covers (TRL regenerates a rollout cut by the checkpoint).
+        resumed = self.state.global_step > 0
+        self._writer = RunWriter(self._run_dir, self.run_config(), meta,
+                                 resume_at_step=done_steps if resumed else -1)
+        self._writer.last_step = done_steps - 1 if done_steps else None
+        self._writer.set_status("running")
+
+    def _close_run_dir(self, error: BaseException | None) -> None:
+        from src.telemetry import now_iso
+
+        if self._writer is None:
+            return
+        if error is None:
+            self._meta.update(end_time=now_iso())
+            self._writer.write_meta(self._meta)
+            self._writer.set_status("finished")
+        else:
+            self._writer.set_status("failed", error=f"{type(error).__name__}: {error}")
+        self._writer.close()
+        self._writer = None
+
+    def train(self, *args, **kwargs):
+        try:
+            result = super().train(*args, **kwargs)
+        except BaseException as e:
+            self._close_run_dir(e)
+            raise
+        if self._run_dir is not None:
+            if self._rollout_updates:  # max_steps not a multiple of k*e: the partial last step
+                self._end_rollout()
+            if self._eval_fn is not None:
+                self._evaluate(self.state.global_step // self.updates_per_rollout)
+        self._close_run_dir(None)
+        return result
+
+
+class _RunDirCallback(TrainerCallback):
+    def __init__(self, trainer: ProjectGRPOTrainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        t = self.trainer
+        t._open_run_dir()
+        if t._eval_fn is not None and state.global_step == 0:
+            t._evaluate(0)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.trainer._end_update()
+
+
+# -- launcher ----------------------------------------------------------------------------
+
+def _build_from_config(cfg: dict) -> ProjectGRPOTrainer:
+    """A ready trainer from the launch config (conf/integrations/trl_grpo.yaml format)."""
+    from datasets import Dataset
+
+    from src.build import build_evaluator, prompt_formatter
+    from src.config import validate
+    from src.tasks import get_task
+
+    trl_kwargs = dict(cfg.get("trl") or {})
+    staleness, epochs = int(cfg.get("staleness", 1)), int(cfg.get("epochs", 1))
+    trl_kwargs.update(trl_knobs(staleness, epochs=epochs, gradient_accumulation_steps=int(
+        trl_kwargs.get("gradient_accumulation_steps", 1))))
+    trl_kwargs.setdefault("seed", int(cfg.get("seed", 0)))
+    trl_kwargs.setdefault("report_to", "none")
+    args = GRPOConfig(**trl_kwargs)
+    if not args.max_steps or args.max_steps <= 0:
+        raise ValueError("trl.max_steps must be > 0 (optimizer steps = rollout steps * staleness * epochs)")
+    method = cfg.get("method", "bapo")
+    project = validate({"seed": args.seed, "cache_dir": cfg.get("cache_dir", ".cache"),
+                        "model": dict(cfg.get("model") or {}),
+                        "task": dict(cfg.get("task") or {}),
+                        "rollout": {"max_new_tokens": args.max_completion_length,
+                                    "temperature": args.temperature, "top_p": args.top_p},
+                        "eval": dict(cfg.get("eval") or {})})
+    task = get_task(project.task.name, **dict(project.task.params))
+    if project.model.kind == "tiny":
+        from src.build import build_model
+        model, tokenizer, info = build_model(project, task, torch.device("cpu"), progress=True)
+        start = int(info.get("next_train_index", 0))
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(project.model.path,
+                                                  trust_remote_code=project.model.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            project.model.path, dtype=getattr(torch, project.model.dtype),
+            trust_remote_code=project.model.trust_remote_code)
+        start = 0
+    fmt = prompt_formatter(project, tokenizer)
+    rollouts = -(-args.max_steps // (staleness * epochs))
+    n_prompts = rollouts * args.generation_batch_size // args.num_generations
+    problems = [task.problem(start + i) for i in range(n_prompts)]
+    dataset = Dataset.from_list([{"prompt": fmt(p.prompt), "problem_index": p.index} for p in problems])
+    by_index = {p.index: p for p in problems}
+
+    def task_reward(completions, problem_index, **_):
+        return [task.score(by_index[i], c if isinstance(c, str) else c[-1]["content"])
+                for c, i in zip(completions, problem_index, strict=True)]
+
+    eval_fn = None
+    if cfg.get("eval") and cfg["eval"].get("every"):
+        evaluate = build_evaluator(project, model, tokenizer, task, fmt)
+        eval_fn = evaluate
+    return ProjectGRPOTrainer(
+        model=model, reward_funcs=task_reward, args=args, train_dataset=dataset,
+        processing_class=tokenizer, method=method, method_overrides=cfg.get("method_overrides"),
+        run_dir=cfg.get("run_dir"), experiment=str(cfg.get("experiment", "trl")),
+        token_fraction=float(cfg.get("token_fraction", 1.0)),
+        eval_fn=eval_fn, eval_every=(cfg.get("eval") or {}).get("every"),
+        extra_config={"task": {"name": project.task.name, "params": dict(project.task.params)},
+                      "model": {"kind": project.model.kind, "path": project.model.path}})
+
+
+def main(argv: list[str] | None = None) -> int:
+    from omegaconf import OmegaConf
+
+    p = argparse.ArgumentParser(description="GRPO with the project's objectives, on TRL.")
+    p.add_argument("--config", required=True, help="launch yaml (conf/integrations/trl_grpo.yaml)")
+    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. method=ppo staleness=4")
+    ns = p.parse_args(argv)
+    raw = OmegaConf.merge(OmegaConf.load(ns.config), OmegaConf.from_dotlist(ns.overrides))
+    cfg = OmegaConf.to_container(raw, resolve=True)
+    trainer = _build_from_config(cfg)
+    trainer.train()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
