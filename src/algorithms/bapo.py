@@ -221,6 +221,17 @@ def adaptive_bounds(ratio, advantages, mask, *, rho0=0.4, low_start=0.6, low_max
     """Same result as `adaptive_bounds_reference`, without a pass per candidate."""
     _validate(rho0, low_start, low_max, high_start, high_max, high_step, low_step, contribution, order)
     r, a, w = _prepare(ratio, advantages, mask, weights, logp_behavior)
+    return search_tokens(r, a, w, rho0=rho0, low_start=low_start, low_max=low_max,
+                         high_start=high_start, high_max=high_max, high_step=high_step,
+                         low_step=low_step, contribution=contribution, order=order)
+
+
+def search_tokens(r: Tensor, a: Tensor, w: Tensor, *, rho0, low_start, low_max, high_start,
+                  high_max, high_step, low_step, contribution, order) -> BoundsResult:
+    """The fast search on already-validated, masked, float64 1-D ratios/advantages/weights.
+
+    For callers (the bapo objective) that have checked their inputs once already.
+    """
     if not bool((a != 0).any()):
         return BoundsResult(low_start, high_start, math.nan, False, 0, math.nan, undefined=True)
     clamp = order == "official"

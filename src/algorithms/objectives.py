@@ -92,33 +92,39 @@ def _safe_div(num: float, den: float) -> float | None:
 def token_metrics(ratio: Tensor, advantages: Tensor, mask: Tensor, in_loss: Tensor,
                   state: Tensor, c_low: float, c_high: float, logp: Tensor,
                   entropy: Tensor | None) -> dict[str, float | int | None]:
-    """Clip fractions, token counts and both contribution readings for one update."""
-    r = ratio.detach().double()
-    a = advantages.detach().double()
-    pos, neg = (a > 0) & in_loss, (a < 0) & in_loss
-    clipped = (state != NONE) & in_loss
-    carries = in_loss & (state == NONE)
-    n_in, n_pos, n_neg = int(in_loss.sum()), int(pos.sum()), int(neg.sum())
-    grad = (r * a.abs())
+    """Clip fractions, token counts and both contribution readings for one update.
+
+    Computed on the masked tokens only (flattened first), so padding costs nothing.
+    """
+    r = ratio.detach()[mask].double()
+    a = advantages.detach()[mask].double()
+    st, il = state[mask], in_loss[mask]
+    lp = logp.detach()[mask].double()
+    pos, neg = (a > 0) & il, (a < 0) & il
+    carries = il & (st == NONE)
+    clipped = il & ~carries
+    kinds = torch.bincount(st[il].long(), minlength=4).tolist()
+    n_in, n_pos, n_neg = int(il.sum()), int(pos.sum()), int(neg.sum())
+    grad = r * a.abs()
     grad_pos, grad_neg = float(grad[pos & carries].sum()), float(grad[neg & carries].sum())
     value = surrogate(r, a, c_low, c_high).abs()
     value_pos, value_neg = float(value[pos].sum()), float(value[neg].sum())
-    lr = torch.where(mask, ratio.detach().double().log(), 0.0)
+    log_r = r.log()
     # Paper Eq. 6: entropy change ~ -Cov(log pi, A * X), X = 1 for gradient-carrying tokens.
-    lp, ax = logp.detach().double()[mask], (a * carries)[mask]
+    ax = a * carries
     cov = float(((lp - lp.mean()) * (ax - ax.mean())).mean())
     n_signed = n_pos + n_neg
-    out = {
+    return {
         "tokens_in_loss": n_in,
         "tokens_pos": n_pos,
         "tokens_neg": n_neg,
         "tokens_zero": n_in - n_signed,
         "token_share_pos": _safe_div(n_pos, n_signed),
         "token_share_neg": _safe_div(n_neg, n_signed),
-        "clip_frac": _safe_div(int(clipped.sum()), n_in),
-        "clip_low_frac": _safe_div(int(((state == CLIP_LOW) & in_loss).sum()), n_in),
-        "clip_high_frac": _safe_div(int(((state == CLIP_HIGH) & in_loss).sum()), n_in),
-        "dual_clip_frac": _safe_div(int(((state == DUAL) & in_loss).sum()), n_in),
+        "clip_frac": _safe_div(n_in - kinds[NONE], n_in),
+        "clip_low_frac": _safe_div(kinds[CLIP_LOW], n_in),
+        "clip_high_frac": _safe_div(kinds[CLIP_HIGH], n_in),
+        "dual_clip_frac": _safe_div(kinds[DUAL], n_in),
         "clip_frac_pos": _safe_div(int((clipped & pos).sum()), n_pos),
         "clip_frac_neg": _safe_div(int((clipped & neg).sum()), n_neg),
         "contrib_grad_pos": grad_pos,
@@ -127,19 +133,18 @@ def token_metrics(ratio: Tensor, advantages: Tensor, mask: Tensor, in_loss: Tens
         "contrib_value_pos": value_pos,
         "contrib_value_neg": value_neg,
         "contrib_value_pos_share": _safe_div(value_pos, value_pos + value_neg),
-        "ratio_mean": float(r[mask].mean()),
-        "abs_log_ratio_mean": float(lr[mask].abs().mean()),
-        "kl_k3": float(((r - 1.0) - lr)[mask].mean()),
+        "ratio_mean": float(r.mean()),
+        "abs_log_ratio_mean": float(log_r.abs().mean()),
+        "kl_k3": float(((r - 1.0) - log_r).mean()),
         "entropy_clip_cov": cov,
         "entropy_mean": float(entropy.detach()[mask].double().mean()) if entropy is not None else None,
         "zero_advantage": n_signed == 0,
     }
-    return out
 
 
-def _clipped_objective(logp, logp_behavior, advantages, mask, *, c_low, c_high, dual_clip_c,
-                       aggregation, norm_length, entropy, selection=None, extra=None):
-    ratio, adv, mask = _inputs(logp, logp_behavior, advantages, mask)
+def _clipped_objective(logp, ratio, adv, mask, *, c_low, c_high, dual_clip_c, aggregation,
+                       norm_length, entropy, selection=None):
+    """The loss and stats from validated inputs (see `_inputs`)."""
     in_loss = mask if selection is None else mask & selection
     token_j = surrogate(ratio, adv, c_low, c_high, dual_clip_c)
     loss = -aggregate(token_j, in_loss, aggregation, norm_length)
@@ -148,8 +153,6 @@ def _clipped_objective(logp, logp_behavior, advantages, mask, *, c_low, c_high, 
     metrics.update(c_low=c_low, c_high=c_high, rho=metrics["contrib_grad_pos_share"],
                    rho_before=metrics["contrib_grad_pos_share"], bapo_steps=0,
                    bapo_reached=None, bapo_undefined=None)
-    if extra:
-        metrics.update(extra)
     return PolicyLossOutput(loss, ratio.detach(), state, in_loss, c_low, c_high, metrics)
 
 
@@ -157,7 +160,8 @@ def _clipped_objective(logp, logp_behavior, advantages, mask, *, c_low, c_high, 
 def ppo(logp, logp_behavior, advantages, mask, *, entropy=None, c_low=0.8, c_high=1.2,
         dual_clip_c=None, aggregation="token-mean", norm_length=None) -> PolicyLossOutput:
     _check_params(c_low, c_high, dual_clip_c, aggregation)
-    return _clipped_objective(logp, logp_behavior, advantages, mask, c_low=c_low, c_high=c_high,
+    ratio, adv, mask = _inputs(logp, logp_behavior, advantages, mask)
+    return _clipped_objective(logp, ratio, adv, mask, c_low=c_low, c_high=c_high,
                               dual_clip_c=dual_clip_c, aggregation=aggregation,
                               norm_length=norm_length, entropy=entropy)
 
@@ -189,7 +193,8 @@ def top_entropy(logp, logp_behavior, advantages, mask, *, entropy=None, c_low=0.
         selection_mask = top_q_mask(entropy, mask, q)
     elif selection_mask.shape != logp.shape:
         raise ValueError(f"selection_mask has shape {tuple(selection_mask.shape)}, expected {tuple(logp.shape)}")
-    return _clipped_objective(logp, logp_behavior, advantages, mask, c_low=c_low, c_high=c_high,
+    ratio, adv, mask = _inputs(logp, logp_behavior, advantages, mask)
+    return _clipped_objective(logp, ratio, adv, mask, c_low=c_low, c_high=c_high,
                               dual_clip_c=dual_clip_c, aggregation=aggregation,
                               norm_length=norm_length, entropy=entropy,
                               selection=selection_mask.bool())
@@ -204,24 +209,30 @@ def bapo(logp, logp_behavior, advantages, mask, *, entropy=None, rho0=0.4, low_s
          dual_clip_c=None, aggregation="token-mean", norm_length=None) -> PolicyLossOutput:
     """Adaptive bounds searched on this mini-batch's detached ratios, then the clipped loss."""
     _check_params(low_start, high_start, dual_clip_c, aggregation)
-    ratio, adv, bmask = _inputs(logp, logp_behavior, advantages, mask)
-    find = {"fast": bapo_search.adaptive_bounds,
-            "reference": bapo_search.adaptive_bounds_reference}.get(search)
-    if find is None:
+    bapo_search._validate(rho0, low_start, low_max, high_start, high_max, high_step, low_step,
+                          contribution, order)
+    if search not in ("fast", "reference"):
         raise ValueError(f"search must be 'fast' or 'reference', got {search!r}")
+    ratio, adv, mask = _inputs(logp, logp_behavior, advantages, mask)
+    w = bapo_search._token_weights(weights, ratio, logp_behavior)
     if dual_clip_c is not None and contribution == "gradient":
         # Dual-clipped tokens carry no gradient whatever the bounds, so they get weight 0
         # in rho (they stay in the mask: A != 0 but all clipped means rho = 0, not undefined).
-        w = bapo_search._token_weights(weights, ratio, logp_behavior)
         keep = ~((adv < 0) & (ratio.detach() > dual_clip_c))
-        weights = keep.to(ratio.dtype) if w is None else torch.where(keep, w, 0.0)
-    found = find(ratio.detach(), adv, bmask, rho0=rho0, low_start=low_start,
-                 low_max=low_max, high_start=high_start, high_max=high_max,
-                 high_step=high_step, low_step=low_step, contribution=contribution,
-                 weights=weights, order=order, logp_behavior=logp_behavior)
-    out = _clipped_objective(logp, logp_behavior, advantages, mask, c_low=found.c_low,
-                             c_high=found.c_high, dual_clip_c=dual_clip_c,
-                             aggregation=aggregation, norm_length=norm_length, entropy=entropy)
+        w = keep.to(ratio.dtype) if w is None else torch.where(keep, w, 0.0)
+    grid = dict(rho0=rho0, low_start=low_start, low_max=low_max, high_start=high_start,
+                high_max=high_max, high_step=high_step, low_step=low_step,
+                contribution=contribution, order=order)
+    if search == "fast":  # inputs are validated: search the masked tokens directly
+        r = ratio.detach()[mask].double()
+        found = bapo_search.search_tokens(
+            r, adv.detach()[mask].double(),
+            torch.ones_like(r) if w is None else w.detach()[mask].double(), **grid)
+    else:
+        found = bapo_search.adaptive_bounds_reference(ratio.detach(), adv, mask, weights=w, **grid)
+    out = _clipped_objective(logp, ratio, adv, mask, c_low=found.c_low, c_high=found.c_high,
+                             dual_clip_c=dual_clip_c, aggregation=aggregation,
+                             norm_length=norm_length, entropy=entropy)
     out.metrics.update(rho=None if math.isnan(found.rho) else found.rho,
                        rho_before=None if math.isnan(found.rho_start) else found.rho_start,
                        bapo_steps=found.steps, bapo_reached=found.reached,
