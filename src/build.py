@@ -70,19 +70,36 @@ def build_optimizer(cfg: Config, model):
     return optimizer, scheduler
 
 
-def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt):
-    """Held-out greedy and sampled accuracy; sampling is seeded, so evals are repeatable."""
-    from src.models.sampling import generate
+def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=None):
+    """Held-out greedy and sampled accuracy; sampling is seeded, so evals are repeatable.
 
+    With a non-HF rollout backend (`rollout.backend=vllm`) passed as `backend`, the evals
+    generate with it (greedy: temperature 0), after pushing the current weights; otherwise,
+    and always on the CPU default, with HF `generate` on `model`.
+    """
     problems = task.eval_problems(cfg.task.eval_problems)
     prompts = [format_prompt(p.prompt) for p in problems]
+    use_backend = backend is not None and cfg.rollout.backend != "hf"
 
-    def accuracy(greedy: bool, samples: int) -> float:
+    def responses(greedy: bool, samples: int) -> list[tuple[int, str]]:
+        """(problem index, response text) for `samples` responses per problem."""
+        if use_backend:
+            backend.sync_weights(model)
+            roll = backend.generate(prompts, num_samples=samples,
+                                    max_new_tokens=cfg.rollout.max_new_tokens,
+                                    temperature=0.0 if greedy else cfg.rollout.temperature,
+                                    top_p=1.0, seed=cfg.seed + 12_345)
+            return list(zip(roll.group_ids.tolist(), roll.texts, strict=True))
+        from src.models.sampling import generate
+
         gens = generate(model, tokenizer, prompts, num_samples=samples,
                         max_new_tokens=cfg.rollout.max_new_tokens,
                         temperature=cfg.rollout.temperature, greedy=greedy,
                         seed=cfg.seed + 12_345)
-        scores = [task.score(problems[g.prompt_index], g.text) for g in gens]
+        return [(g.prompt_index, g.text) for g in gens]
+
+    def accuracy(greedy: bool, samples: int) -> float:
+        scores = [task.score(problems[i], text) for i, text in responses(greedy, samples)]
         return sum(scores) / len(scores)
 
     def evaluate(step: int) -> dict:

@@ -102,6 +102,10 @@ class TrainConfig:
     group_size: int = 8
     staleness: int = 1
     epochs: int = 1
+    # Responses per forward/backward pass; each update accumulates gradients over
+    # micro-batches of this size, exactly as one pass over its mini-batch would.
+    # None: the whole mini-batch in one pass.
+    micro_batch_size: int | None = None
     lr: float = 1e-4
     weight_decay: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -190,6 +194,13 @@ def _check_train(t: TrainConfig) -> None:
     batch = t.prompts_per_step * t.group_size
     _require(batch % t.staleness == 0, "train.staleness",
              f"={t.staleness} must divide the rollout batch prompts_per_step*group_size={batch}")
+    if t.micro_batch_size is not None:
+        mini = batch // t.staleness
+        _require(t.micro_batch_size >= 1, "train.micro_batch_size",
+                 f"must be >= 1 or null, got {t.micro_batch_size}")
+        _require(mini % t.micro_batch_size == 0, "train.micro_batch_size",
+                 f"={t.micro_batch_size} must divide the mini-batch size "
+                 f"prompts_per_step*group_size/staleness={mini}")
     _require(t.lr > 0, "train.lr", f"must be > 0, got {t.lr}")
     _require(t.grad_clip > 0, "train.grad_clip", f"must be > 0, got {t.grad_clip}")
     _require(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas",

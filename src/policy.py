@@ -1,12 +1,85 @@
-"""Per-token log-probs and entropies of a rollout's responses under a model."""
+"""Per-token log-probs and entropies of a rollout's responses under a model.
+
+Memory: with a 152k vocabulary one fp32 copy of the logits costs 0.6 MB per token, so the
+log-prob of the sampled token is taken as `logit[token] - logsumexp(logits)` by a custom
+autograd function that works through the positions in chunks: the forward upcasts one
+chunk at a time to fp32 (log-sum-exp and, without grad, the entropy), and the backward
+recomputes the softmax chunk by chunk. Only the model's own logits (in the model's dtype)
+are kept for the backward, instead of an fp32 copy plus a log-softmax output.
+"""
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from src.algorithms import token_entropy
 from src.rollout import Rollout
+
+# fp32 elements per chunk of the [N, V] logits: 2**26 is 256 MiB (about 440 positions of a
+# 152k vocabulary); small vocabularies get all positions in one chunk.
+_CHUNK_ELEMENTS = 2**26
+
+
+class _SampledLogProb(torch.autograd.Function):
+    """logp[n] = logits[n, target[n]] - logsumexp(logits[n]), for logits [N, V], computed
+    in fp32 (fp64 for fp64 logits) one chunk of `chunk` positions at a time."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor, chunk: int) -> Tensor:
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        lse = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
+        for start in range(0, logits.shape[0], chunk):
+            lse[start:start + chunk] = torch.logsumexp(logits[start:start + chunk].to(dtype), dim=-1)
+        picked = logits.gather(-1, targets[:, None])[:, 0].to(dtype)
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.chunk = chunk
+        return picked - lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        logits, targets, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        g = grad_out.to(lse.dtype)
+        for start in range(0, logits.shape[0], ctx.chunk):
+            end = start + ctx.chunk
+            # d logp / d logits = onehot(target) - softmax
+            part = (logits[start:end].to(lse.dtype) - lse[start:end, None]).exp_().mul_(-g[start:end, None])
+            part.scatter_add_(-1, targets[start:end, None], g[start:end, None])
+            grad[start:end] = part
+        return grad, None, None
+
+
+def sampled_logprobs(logits: Tensor, targets: Tensor, *, with_entropy: bool = True,
+                     chunk_elements: int = _CHUNK_ELEMENTS) -> tuple[Tensor, Tensor | None]:
+    """(logp, entropy) of `targets` [...] under `logits` [..., V], both fp32 [...] (logp is
+    fp64 for fp64 logits).
+
+    Same values as `log_softmax(logits.float()).gather(...)` and `token_entropy` up to
+    rounding; no full-size fp32 copy of the logits outlives a chunk. The entropy is detached.
+    """
+    shape, vocab = targets.shape, logits.shape[-1]
+    flat = logits.reshape(-1, vocab)
+    index = targets.reshape(-1).to(logits.device)
+    chunk = max(1, chunk_elements // vocab)
+    logp = _SampledLogProb.apply(flat, index, chunk).view(shape)
+    if not with_entropy:
+        return logp, None
+    with torch.no_grad():
+        entropy = torch.cat([token_entropy(flat[s:s + chunk]) for s in range(0, flat.shape[0], chunk)])
+    return logp, entropy.view(shape)
+
+
+def _keeps_logits(model: torch.nn.Module) -> bool:
+    """Whether the model's forward takes `logits_to_keep` (HF causal LMs since 4.50)."""
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: bool = True
@@ -15,17 +88,21 @@ def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: b
     next-token distribution at each response position.
 
     Position ids follow the attention mask, as in HF generate with left padding, so the
-    trainer scores exactly the context the sampler saw.
+    trainer scores exactly the context the sampler saw. The LM head runs on the response
+    positions only where the model allows it (`logits_to_keep`).
     """
     device = next(model.parameters()).device
     input_ids = torch.cat([batch.prompt_ids, batch.response_ids], dim=1).to(device)
     attention = torch.cat([batch.prompt_mask, batch.response_mask], dim=1).to(device)
     position_ids = (attention.long().cumsum(dim=1) - 1).clamp(min=0)
+    t_len = batch.response_ids.shape[1]
+    kwargs = {"logits_to_keep": t_len + 1} if _keeps_logits(model) else {}
     logits = model(input_ids=input_ids, attention_mask=attention.long(),
-                   position_ids=position_ids, use_cache=False).logits
-    p_len, t_len = batch.prompt_ids.shape[1], batch.response_ids.shape[1]
-    logits = logits[:, p_len - 1:p_len - 1 + t_len].float()
-    targets = batch.response_ids.to(device)
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])[..., 0]
-    entropy = token_entropy(logits.detach()) if with_entropy else None
-    return logp, entropy
+                   position_ids=position_ids, use_cache=False, **kwargs).logits
+    # Position p_len - 1 + t predicts response token t. Score the t_len + 1 positions from
+    # p_len - 1 on (the last one, which predicts nothing, gets a dummy target and is dropped):
+    # with logits_to_keep that is the whole, contiguous output, so nothing is copied.
+    logits = logits[:, -(t_len + 1):]
+    targets = torch.nn.functional.pad(batch.response_ids.to(device), (0, 1))
+    logp, entropy = sampled_logprobs(logits, targets, with_entropy=with_entropy)
+    return logp[:, :t_len], None if entropy is None else entropy[:, :t_len]

@@ -159,21 +159,26 @@ def execute(cfg: Config, run_dir: Path) -> str:
     writer.last_step = state.step - 1 if state.step else None
     writer.set_status("running")
     format_prompt = prompt_formatter(cfg, tokenizer)
-    trainer = Trainer(cfg, model, tokenizer, task, build_backend(cfg, model, tokenizer), optimizer,
-                      scheduler, writer, run_dir / "checkpoints",
-                      evaluate=build_evaluator(cfg, model, tokenizer, task, format_prompt),
-                      format_prompt=format_prompt)
+    backend = build_backend(cfg, model, tokenizer)
     try:
-        state = trainer.run(state, progress=progress)
-    except NumericFault as e:
-        writer.set_status("failed", error=str(e))
-        writer.close()
-        print(f"numeric fault: {e}", file=sys.stderr)
-        sys.exit(EXIT_NUMERIC)
-    except BaseException as e:
-        writer.set_status("failed", error=f"{type(e).__name__}: {e}")
-        writer.close()
-        raise
+        trainer = Trainer(cfg, model, tokenizer, task, backend, optimizer, scheduler, writer,
+                          run_dir / "checkpoints",
+                          evaluate=build_evaluator(cfg, model, tokenizer, task, format_prompt,
+                                                   backend=backend),
+                          format_prompt=format_prompt)
+        try:
+            state = trainer.run(state, progress=progress)
+        except NumericFault as e:
+            writer.set_status("failed", error=str(e))
+            writer.close()
+            print(f"numeric fault: {e}", file=sys.stderr)
+            sys.exit(EXIT_NUMERIC)
+        except BaseException as e:
+            writer.set_status("failed", error=f"{type(e).__name__}: {e}")
+            writer.close()
+            raise
+    finally:
+        backend.close()  # frees the vLLM engine (and its optimizer hook) however the run ends
     meta.update(end_time=now_iso(), wall_time_s=round(state.wall_time_s, 2),
                 skipped_updates=state.skipped_updates)
     writer.write_meta(meta)

@@ -4,6 +4,17 @@ One step of staleness k: the B = prompts x G responses are shuffled and split in
 mini-batches; update j uses data j optimizer steps stale. The behaviour log-probs are
 recomputed by the trainer's own model on exactly the mini-batch tensors the updates use,
 so update 0 is on-policy bit for bit (ratio == 1) and sampler drift is only a metric.
+
+Micro-batching (`train.micro_batch_size`): each update's forward/backward runs over
+micro-batches of that many responses (the behaviour pass too, on the same micro-batches),
+with gradients accumulated so that the result is the whole mini-batch's gradient: every
+micro-batch's loss is normalised by the whole mini-batch's denominator
+(`surrogate.loss_denominator`). What a method decides over the whole mini-batch is decided
+once per update before the gradient passes, from a no-grad pass over the micro-batches:
+BAPO's bounds (searched on all the mini-batch's current ratios) and top_entropy's top-q
+selection. At an update with no optimizer step since the behaviour pass that pass's
+numbers are the current policy's, so it is reused instead. Metrics and token rows are
+computed once over the whole mini-batch's per-token tensors, as without micro-batching.
 """
 
 from __future__ import annotations
@@ -18,8 +29,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from src.algorithms import CLIP_STATES, group_advantages, policy_loss, top_q_mask
+from src.algorithms import CLIP_STATES, PolicyLossOutput, group_advantages, policy_loss, top_q_mask
 from src.algorithms._checks import NonFiniteError
+from src.algorithms.surrogate import loss_denominator
 from src.checkpoint import TrainState, save_checkpoint
 from src.config import Config
 from src.policy import response_logprobs
@@ -46,6 +58,18 @@ class MiniBatch:
     advantages: Tensor  # [b] per response
     rewards: Tensor
     selection: Tensor | None = None  # top_entropy with scope=rollout
+
+
+@dataclass
+class UpdatePass:
+    """What an update's forward/backward passes leave: the whole mini-batch's loss output
+    (loss value, metrics, ratios, clip states), its logp and entropy [b, T], and the reason
+    to skip the optimizer step (None: take it)."""
+
+    out: PolicyLossOutput | None
+    logp: Tensor | None
+    entropy: Tensor | None
+    skip_reason: str | None = None
 
 
 def method_params(cfg: Config) -> dict:
@@ -96,15 +120,36 @@ class Trainer:
             for rows in perm:
                 rows = rows.sort().values
                 data = roll.select(rows)
-                logp_b, ent_b = response_logprobs(self.model, data)
+                logp_b, ent_b = self._score(data)
                 batches.append(MiniBatch(rows, data, logp_b, ent_b, advantages[rows], rewards[rows]))
         if self.cfg.method.objective == "top_entropy" and self.cfg.method.entropy_scope == "rollout":
             self._rollout_scope_selection(batches)
         return batches
 
+    def _micro_slices(self, size: int) -> list[slice]:
+        """Rows of a mini-batch of `size` responses, one slice per forward/backward pass."""
+        step = self.cfg.train.micro_batch_size or size
+        return [slice(start, min(start + step, size)) for start in range(0, size, step)]
+
+    def _score(self, data: Rollout, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
+        """logp and entropy [b, T] of a mini-batch, one forward per micro-batch (no grad)."""
+        parts = self._micro_slices(data.size)
+        if len(parts) == 1:
+            return response_logprobs(self.model, data, with_entropy=with_entropy)
+        logp = entropy = None
+        for rows in parts:
+            lp, ent = response_logprobs(self.model, _rows(data, rows), with_entropy=with_entropy)
+            if logp is None:
+                logp = lp.new_zeros(data.response_ids.shape)
+                entropy = lp.new_zeros(data.response_ids.shape) if with_entropy else None
+            logp[rows, :lp.shape[1]] = lp
+            if with_entropy:
+                entropy[rows, :lp.shape[1]] = ent
+        return logp, entropy
+
     def _rollout_scope_selection(self, batches: list[MiniBatch]) -> None:
         """One top-q threshold over the whole rollout, from the behaviour entropies."""
-        flat = torch.cat([mb.entropy_behavior[mb.data.response_mask] for mb in batches])
+        flat = torch.cat([mb.entropy_behavior.cpu()[mb.data.response_mask] for mb in batches])
         keep = top_q_mask(flat, torch.ones_like(flat, dtype=torch.bool), self.cfg.method.q)
         start = 0
         for mb in batches:
@@ -113,22 +158,18 @@ class Trainer:
             sel[mb.data.response_mask] = keep[start:start + n]
             mb.selection, start = sel, start + n
 
-    def _update(self, mb: MiniBatch) -> tuple[dict, object | None, Tensor | None, Tensor | None]:
-        """One optimizer update; returns (record, loss output, logp, entropy)."""
-        mask = mb.data.response_mask
-        logp, entropy = response_logprobs(self.model, mb.data)
-        params = dict(self.params)
-        if mb.selection is not None:
-            params["selection_mask"] = mb.selection
-        try:
-            out = policy_loss(self.cfg.method.objective, logp, mb.logp_behavior,
-                              mb.advantages, mask, entropy=entropy, **params)
-        except NonFiniteError as e:
-            return {"skipped": True, "skip_reason": f"non-finite input: {e}"}, None, None, None
-        if not torch.isfinite(out.loss):
-            return {"skipped": True, "skip_reason": "non-finite loss"}, out, logp, entropy
+    def _update(self, mb: MiniBatch, on_policy: bool = False
+                ) -> tuple[dict, object | None, Tensor | None, Tensor | None]:
+        """One optimizer update; returns (record, loss output, logp, entropy).
+
+        `on_policy`: no optimizer step since the behaviour pass (the weights are unchanged).
+        """
         self.optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
+        done = self._backward(mb, on_policy)
+        out, logp, entropy = done.out, done.logp, done.entropy
+        if done.skip_reason is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+            return {"skipped": True, "skip_reason": done.skip_reason}, out, logp, entropy
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                          self.cfg.train.grad_clip))
         record = {**out.metrics, "loss": float(out.loss.detach()), "grad_norm": grad_norm}
@@ -141,6 +182,84 @@ class Trainer:
         record.update(skipped=False, skip_reason=None)
         return record, out, logp, entropy
 
+    def _backward(self, mb: MiniBatch, on_policy: bool = False) -> UpdatePass:
+        """Accumulate the gradient of the mini-batch's loss into the parameters' .grad, one
+        forward/backward per micro-batch; the result is that of one pass over the whole."""
+        method = self.cfg.method.objective
+        device = mb.logp_behavior.device
+        mask, adv = mb.data.response_mask.to(device), mb.advantages.to(device)
+        params = dict(self.params)
+        if mb.selection is not None:
+            params["selection_mask"] = mb.selection.to(device)
+        parts = self._micro_slices(mb.data.size)
+        if len(parts) == 1:
+            logp, entropy = response_logprobs(self.model, mb.data)
+            try:
+                out = policy_loss(method, logp, mb.logp_behavior, adv, mask, entropy=entropy, **params)
+            except NonFiniteError as e:
+                return UpdatePass(None, None, None, f"non-finite input: {e}")
+            if not torch.isfinite(out.loss):
+                return UpdatePass(out, logp, entropy, "non-finite loss")
+            out.loss.backward()
+            return UpdatePass(out, logp, entropy)
+
+        try:
+            params.update(self._whole_batch_choices(mb, mask, adv, on_policy))
+        except NonFiniteError as e:
+            return UpdatePass(None, None, None, f"non-finite input: {e}")
+        in_loss = mask & params["selection_mask"] if "selection_mask" in params else mask
+        denominator = loss_denominator(in_loss, params["aggregation"], params["norm_length"])
+        logp_all = torch.zeros(mask.shape, dtype=mb.logp_behavior.dtype, device=device)
+        entropy_all = torch.zeros_like(logp_all)
+        finite = True
+        for rows in parts:
+            data = _rows(mb.data, rows)
+            if not bool(data.response_mask.any()):
+                continue  # no response token: nothing to score, no gradient
+            t = data.response_ids.shape[1]
+            part = {**params}
+            if "selection_mask" in part:
+                part["selection_mask"] = part["selection_mask"][rows, :t]
+            # After a non-finite loss no gradient is needed, only the numbers for telemetry.
+            with torch.set_grad_enabled(finite and torch.is_grad_enabled()):
+                logp, entropy = response_logprobs(self.model, data)
+                logp_all[rows, :t], entropy_all[rows, :t] = logp.detach(), entropy
+                try:
+                    out = policy_loss(method, logp, mb.logp_behavior[rows, :t], adv[rows],
+                                      mask[rows, :t], entropy=entropy,
+                                      loss_denominator=denominator, **part)
+                except NonFiniteError as e:
+                    return UpdatePass(None, None, None, f"non-finite input: {e}")
+                finite = finite and bool(torch.isfinite(out.loss))
+                if finite and out.loss.requires_grad:
+                    out.loss.backward()
+            del logp, entropy, out  # this micro-batch's graph and logits go here
+        with torch.no_grad():  # the whole mini-batch's loss value, metrics and token states
+            out = policy_loss(method, logp_all, mb.logp_behavior, adv, mask,
+                              entropy=entropy_all, **params)
+        return UpdatePass(out, logp_all, entropy_all, None if finite else "non-finite loss")
+
+    def _whole_batch_choices(self, mb: MiniBatch, mask: Tensor, adv: Tensor,
+                             on_policy: bool) -> dict:
+        """BAPO's bounds and top_entropy's top-q selection, taken once on the whole
+        mini-batch's current log-probs and then held fixed across its micro-batches."""
+        method = self.cfg.method.objective
+        if method != "bapo" and not (method == "top_entropy" and mb.selection is None):
+            return {}
+        if on_policy:
+            # The behaviour pass scored these same micro-batches with these same weights:
+            # its numbers are the current policy's, bit for bit, so no second pass.
+            logp, entropy = mb.logp_behavior, mb.entropy_behavior
+        else:
+            with torch.no_grad():
+                logp, entropy = self._score(mb.data, with_entropy=method == "top_entropy")
+        with torch.no_grad():
+            whole = policy_loss(method, logp, mb.logp_behavior, adv, mask, entropy=entropy,
+                                **self.params)
+        if method == "bapo":
+            return {"bounds": whole.bounds}
+        return {"selection_mask": whole.in_loss}
+
     def _token_columns(self, step: int, update: int, mb: MiniBatch, out, logp: Tensor,
                        entropy: Tensor, keep_rows: Tensor) -> dict[str, np.ndarray]:
         sel = mb.data.response_mask & keep_rows[mb.rows][:, None]
@@ -149,7 +268,7 @@ class Trainer:
         n = int(sel.sum())
 
         def f32(t: Tensor) -> np.ndarray:
-            return t.detach()[sel].float().numpy()
+            return t.detach().cpu()[sel].float().numpy()
 
         return {
             "step": np.full(n, step, np.int32), "update": np.full(n, update, np.int16),
@@ -160,8 +279,8 @@ class Trainer:
             "logp_behavior": f32(mb.logp_behavior), "logp_sampler": f32(mb.data.sampler_logp),
             "logp": f32(logp), "ratio": f32(out.ratio),
             "advantage": mb.advantages[rows].float().numpy(), "entropy": f32(entropy),
-            "clip_state": _CLIP_NAMES[out.clip_state[sel].numpy()],
-            "in_loss": out.in_loss[sel].numpy(),
+            "clip_state": _CLIP_NAMES[out.clip_state.cpu()[sel].numpy()],
+            "in_loss": out.in_loss.cpu()[sel].numpy(),
             "c_low": np.full(n, out.c_low, np.float32), "c_high": np.full(n, out.c_high, np.float32),
             "reward": mb.rewards[rows].float().numpy(),
             "response_length": lengths[rows].numpy().astype(np.int16),
@@ -192,7 +311,7 @@ class Trainer:
         for epoch in range(cfg.train.epochs):
             for j, mb in enumerate(batches):
                 t0 = time.perf_counter()
-                record, out, logp, entropy = self._update(mb)
+                record, out, logp, entropy = self._update(mb, on_policy=applied == 0)
                 dt = time.perf_counter() - t0
                 time_update += dt
                 update_index = epoch * len(batches) + j
@@ -246,8 +365,8 @@ class Trainer:
     def _step_record(self, step, roll, rewards, adv, batches, updates) -> dict:
         lengths = roll.lengths().float()
         a = adv.advantages
-        ent = torch.cat([mb.entropy_behavior[mb.data.response_mask] for mb in batches])
-        gap = torch.cat([(mb.data.sampler_logp - mb.logp_behavior)[mb.data.response_mask].abs()
+        ent = torch.cat([mb.entropy_behavior.cpu()[mb.data.response_mask] for mb in batches])
+        gap = torch.cat([(mb.data.sampler_logp - mb.logp_behavior.cpu())[mb.data.response_mask].abs()
                          for mb in batches])
         record = {
             "step": step, "reward_mean": float(rewards.mean()),
@@ -295,3 +414,8 @@ class Trainer:
         if self.cfg.method.objective == "bapo" and record.get("c_low") is not None:
             post.update(c_low=f"{record['c_low']:.2f}", c_high=f"{record['c_high']:.2f}")
         return post
+
+
+def _rows(data: Rollout, rows: slice) -> Rollout:
+    """A micro-batch: rows of a mini-batch, trimmed to their own longest prompt and response."""
+    return data.select(torch.arange(rows.start, rows.stop))

@@ -38,6 +38,7 @@ class PolicyLossOutput:
     c_low: float
     c_high: float
     metrics: dict[str, float | int | bool | None] = field(default_factory=dict)
+    bounds: bapo_search.BoundsResult | None = None  # bapo: the search result behind c_low/c_high
 
 
 MethodFn = Callable[..., PolicyLossOutput]
@@ -143,11 +144,11 @@ def token_metrics(ratio: Tensor, advantages: Tensor, mask: Tensor, in_loss: Tens
 
 
 def _clipped_objective(logp, ratio, adv, mask, *, c_low, c_high, dual_clip_c, aggregation,
-                       norm_length, entropy, selection=None):
+                       norm_length, entropy, selection=None, loss_denominator=None):
     """The loss and stats from validated inputs (see `_inputs`)."""
     in_loss = mask if selection is None else mask & selection
     token_j = surrogate(ratio, adv, c_low, c_high, dual_clip_c)
-    loss = -aggregate(token_j, in_loss, aggregation, norm_length)
+    loss = -aggregate(token_j, in_loss, aggregation, norm_length, denominator=loss_denominator)
     state = clip_states(ratio, adv, c_low, c_high, dual_clip_c)
     metrics = token_metrics(ratio, adv, mask, in_loss, state, c_low, c_high, logp, entropy)
     metrics.update(c_low=c_low, c_high=c_high, rho=metrics["contrib_grad_pos_share"],
@@ -158,26 +159,32 @@ def _clipped_objective(logp, ratio, adv, mask, *, c_low, c_high, dual_clip_c, ag
 
 @register_method("ppo", c_low=0.8, c_high=1.2)
 def ppo(logp, logp_behavior, advantages, mask, *, entropy=None, c_low=0.8, c_high=1.2,
-        dual_clip_c=None, aggregation="token-mean", norm_length=None) -> PolicyLossOutput:
+        dual_clip_c=None, aggregation="token-mean", norm_length=None,
+        loss_denominator=None) -> PolicyLossOutput:
+    """`loss_denominator` (every method): the aggregation's outer normaliser, given when this
+    batch is one micro-batch of a larger one (see `surrogate.loss_denominator`)."""
     _check_params(c_low, c_high, dual_clip_c, aggregation)
     ratio, adv, mask = _inputs(logp, logp_behavior, advantages, mask)
     return _clipped_objective(logp, ratio, adv, mask, c_low=c_low, c_high=c_high,
                               dual_clip_c=dual_clip_c, aggregation=aggregation,
-                              norm_length=norm_length, entropy=entropy)
+                              norm_length=norm_length, entropy=entropy,
+                              loss_denominator=loss_denominator)
 
 
 @register_method("clip_higher", c_low=0.8, c_high=1.28)
 def clip_higher(logp, logp_behavior, advantages, mask, *, entropy=None, c_low=0.8, c_high=1.28,
-                dual_clip_c=None, aggregation="token-mean", norm_length=None) -> PolicyLossOutput:
+                dual_clip_c=None, aggregation="token-mean", norm_length=None,
+                loss_denominator=None) -> PolicyLossOutput:
     """DAPO's decoupled clip: eps_low 0.2, eps_high 0.28."""
     return ppo(logp, logp_behavior, advantages, mask, entropy=entropy, c_low=c_low, c_high=c_high,
-               dual_clip_c=dual_clip_c, aggregation=aggregation, norm_length=norm_length)
+               dual_clip_c=dual_clip_c, aggregation=aggregation, norm_length=norm_length,
+               loss_denominator=loss_denominator)
 
 
 @register_method("top_entropy", c_low=0.8, c_high=1.28, q=0.2)
 def top_entropy(logp, logp_behavior, advantages, mask, *, entropy=None, c_low=0.8, c_high=1.28,
                 q=0.2, selection_mask=None, dual_clip_c=None, aggregation="token-mean",
-                norm_length=None) -> PolicyLossOutput:
+                norm_length=None, loss_denominator=None) -> PolicyLossOutput:
     """DAPO clip plus the loss on the top-q entropy tokens only (Wang et al. 2025).
 
     `selection_mask` overrides the per-mini-batch selection, e.g. a mask computed once
@@ -197,7 +204,7 @@ def top_entropy(logp, logp_behavior, advantages, mask, *, entropy=None, c_low=0.
     return _clipped_objective(logp, ratio, adv, mask, c_low=c_low, c_high=c_high,
                               dual_clip_c=dual_clip_c, aggregation=aggregation,
                               norm_length=norm_length, entropy=entropy,
-                              selection=selection_mask.bool())
+                              selection=selection_mask.bool(), loss_denominator=loss_denominator)
 
 
 @register_method("bapo", rho0=0.4, low_start=0.6, low_max=0.9, high_start=1.2, high_max=3.0,
@@ -206,8 +213,13 @@ def top_entropy(logp, logp_behavior, advantages, mask, *, entropy=None, c_low=0.
 def bapo(logp, logp_behavior, advantages, mask, *, entropy=None, rho0=0.4, low_start=0.6,
          low_max=0.9, high_start=1.2, high_max=3.0, high_step=0.05, low_step=0.02,
          contribution="gradient", weights=None, order="paper", search="fast",
-         dual_clip_c=None, aggregation="token-mean", norm_length=None) -> PolicyLossOutput:
-    """Adaptive bounds searched on this mini-batch's detached ratios, then the clipped loss."""
+         dual_clip_c=None, aggregation="token-mean", norm_length=None, bounds=None,
+         loss_denominator=None) -> PolicyLossOutput:
+    """Adaptive bounds searched on this mini-batch's detached ratios, then the clipped loss.
+
+    `bounds`: a `BoundsResult` found beforehand (e.g. once on a whole mini-batch whose loss
+    is accumulated over micro-batches): the search is skipped, its bounds and rho are used.
+    """
     _check_params(low_start, high_start, dual_clip_c, aggregation)
     bapo_search._validate(rho0, low_start, low_max, high_start, high_max, high_step, low_step,
                           contribution, order)
@@ -223,7 +235,12 @@ def bapo(logp, logp_behavior, advantages, mask, *, entropy=None, rho0=0.4, low_s
     grid = dict(rho0=rho0, low_start=low_start, low_max=low_max, high_start=high_start,
                 high_max=high_max, high_step=high_step, low_step=low_step,
                 contribution=contribution, order=order)
-    if search == "fast":  # inputs are validated: search the masked tokens directly
+    if bounds is not None:
+        if not isinstance(bounds, bapo_search.BoundsResult):
+            raise TypeError(f"bounds must be a BoundsResult or None, got {type(bounds).__name__}")
+        check_bounds(bounds.c_low, bounds.c_high)
+        found = bounds
+    elif search == "fast":  # inputs are validated: search the masked tokens directly
         r = ratio.detach()[mask].double()
         found = bapo_search.search_tokens(
             r, adv.detach()[mask].double(),
@@ -232,7 +249,9 @@ def bapo(logp, logp_behavior, advantages, mask, *, entropy=None, rho0=0.4, low_s
         found = bapo_search.adaptive_bounds_reference(ratio.detach(), adv, mask, weights=w, **grid)
     out = _clipped_objective(logp, ratio, adv, mask, c_low=found.c_low, c_high=found.c_high,
                              dual_clip_c=dual_clip_c, aggregation=aggregation,
-                             norm_length=norm_length, entropy=entropy)
+                             norm_length=norm_length, entropy=entropy,
+                             loss_denominator=loss_denominator)
+    out.bounds = found
     out.metrics.update(rho=None if math.isnan(found.rho) else found.rho,
                        rho_before=None if math.isnan(found.rho_start) else found.rho_start,
                        bapo_steps=found.steps, bapo_reached=found.reached,

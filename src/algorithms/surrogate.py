@@ -35,27 +35,57 @@ def surrogate(ratio: Tensor, advantages: Tensor, c_low: float, c_high: float,
     return j
 
 
+def loss_denominator(loss_mask: Tensor, mode: str = "token-mean",
+                     norm_length: int | None = None) -> float:
+    """The outer normaliser `aggregate` divides by for this [B, T] loss mask.
+
+    token-mean: the number of loss-bearing tokens; seq-mean-token-mean: the number of
+    responses with at least one loss-bearing token; seq-mean-token-sum-norm: B * norm_length
+    (default T). Take it once over a whole mini-batch and pass it to `aggregate` (or the
+    objectives' `loss_denominator=`) for each slice of it: the slices' losses then sum to the
+    whole mini-batch's loss, which is how gradient accumulation over micro-batches stays exact.
+    """
+    m = loss_mask.bool()
+    if mode == "token-mean":
+        return float(max(int(m.sum()), 1))
+    if m.dim() != 2:
+        raise ValueError(f"aggregation {mode!r} needs [B, T] tensors, got {tuple(m.shape)}")
+    if mode == "seq-mean-token-mean":
+        return float(max(int((m.sum(dim=1) > 0).sum()), 1))
+    if mode == "seq-mean-token-sum-norm":
+        length = m.shape[1] if norm_length is None else norm_length
+        return float(m.shape[0] * length)
+    raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
+
+
 def aggregate(token_loss: Tensor, loss_mask: Tensor, mode: str = "token-mean",
-              norm_length: int | None = None) -> Tensor:
+              norm_length: int | None = None, *, denominator: float | Tensor | None = None) -> Tensor:
     """Reduce per-token loss [B, T] to a scalar over the loss-bearing tokens.
 
     token-mean: mean over all loss-bearing tokens of the mini-batch.
     seq-mean-token-mean: per-response token mean, then mean over responses that bear loss.
     seq-mean-token-sum-norm (Dr. GRPO): per-response token sum / norm_length (default T),
     then mean over all responses, so no length normalisation biases long responses.
+
+    `denominator` replaces the outer normaliser (the token count, the bearing-response count
+    or B * norm_length) with a given one, e.g. `loss_denominator` of the whole mini-batch when
+    `token_loss` is one micro-batch of it; None (default) takes it from this batch.
     """
     m = loss_mask.to(token_loss.dtype)
     masked = token_loss * m
     if mode == "token-mean":
-        return masked.sum() / m.sum().clamp(min=1.0)
+        den = m.sum().clamp(min=1.0) if denominator is None else denominator
+        return masked.sum() / den
     if token_loss.dim() != 2:
         raise ValueError(f"aggregation {mode!r} needs [B, T] tensors, got {tuple(token_loss.shape)}")
     if mode == "seq-mean-token-mean":
         per_seq_tokens = m.sum(dim=1)
         bearing = per_seq_tokens > 0
         per_seq = masked.sum(dim=1)[bearing] / per_seq_tokens[bearing]
-        return per_seq.sum() / bearing.sum().clamp(min=1)
+        den = bearing.sum().clamp(min=1) if denominator is None else denominator
+        return per_seq.sum() / den
     if mode == "seq-mean-token-sum-norm":
         length = token_loss.shape[1] if norm_length is None else norm_length
-        return masked.sum() / (token_loss.shape[0] * length)
+        den = token_loss.shape[0] * length if denominator is None else denominator
+        return masked.sum() / den
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
