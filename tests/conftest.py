@@ -18,7 +18,7 @@ TINY_MODEL = [
     "model.architecture.hidden_size=64", "model.architecture.num_layers=2",
     "model.architecture.num_heads=2", "model.sft.steps=150", "model.sft.batch_size=32",
     "model.sft.eval_problems=16", "model.sft.eval_samples=1", "model.sft.lr=5e-3",
-    "model.architecture.tokenizer_corpus=2000", "task.params.max_terms=2",
+    "model.architecture.tokenizer_corpus=2000", "model.sft.pack_len=0", "task.params.max_terms=2",
     "task.params.max_digits=1",
 ]
 

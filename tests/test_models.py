@@ -133,6 +133,34 @@ def test_sft_batch_masks_prompt(tok, task):
         assert tok.decode(kept, skip_special_tokens=True) == p.solution
 
 
+def test_packed_sft_batch_gives_the_padded_loss(tok, task):
+    model = build_tiny_model(tok, hidden_size=32, num_layers=2, num_heads=2, seed=0)
+    probs = [task.problem(i) for i in range(12)]
+    padded = sft_batch(tok, probs)
+    packed = sft_batch(tok, probs, pack_len=100)
+    assert packed["input_ids"].shape[0] < padded["input_ids"].shape[0]
+    assert int((packed["labels"] != -100).sum()) == int((padded["labels"] != -100).sum())
+    with torch.no_grad():
+        a = model(**padded, use_cache=False).loss
+        b = model(**packed, use_cache=False).loss
+    assert torch.allclose(a, b, atol=1e-5), (a, b)  # packed problems do not see each other
+
+
+def test_sampling_is_pure_ancestral(tok, monkeypatch):
+    """HF's global default top_k=50 must not leak into sampling (the RL ratios need the
+    sampler's distribution to be the model's)."""
+    from transformers.generation import logits_process
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a top-k/top-p warper was built")
+
+    monkeypatch.setattr(logits_process.TopKLogitsWarper, "__init__", boom)
+    monkeypatch.setattr(logits_process.TopPLogitsWarper, "__init__", boom)
+    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0)
+    out = generate(model, tok, ["1+2=?\n"], num_samples=2, max_new_tokens=3, seed=0)
+    assert len(out) == 2
+
+
 def test_generate_is_seeded_and_prompt_major(tok):
     model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0)
     prompts = ["1+2=?\n", "12+34+5=?\n", "9+9=?\n"]

@@ -45,15 +45,16 @@ def generate(
     if not greedy and temperature <= 0:
         raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
     eos_id = tokenizer.eos_token_id
+    # top_k must be 0, not None: generate() fills None from its global defaults (top_k=50).
+    # Greedy decoding takes no sampling flags (setting them only triggers a warning).
+    sampling = {} if greedy else {"temperature": temperature, "top_k": 0, "top_p": 1.0}
     gen_cfg = GenerationConfig(
         max_new_tokens=max_new_tokens,
         do_sample=not greedy,
-        temperature=1.0 if greedy else temperature,
-        top_k=0,
-        top_p=1.0,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=eos_id,
+        **sampling,
     )
     flat = [(i, j) for i in range(len(prompts)) for j in range(num_samples)]
     was_training = model.training

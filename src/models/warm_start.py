@@ -53,13 +53,14 @@ DEFAULT_MODEL_CFG: dict[str, Any] = {
 }
 
 DEFAULT_SFT_CFG: dict[str, Any] = {
-    "steps": 200,
-    "batch_size": 64,
-    "lr": 3e-3,
+    "steps": 350,  # ~100 s on 2 idle cores; ~35% sampled accuracy on the default mix
+    "batch_size": 32,
+    "lr": 1e-3,  # 3e-3 never learned to copy the terms within the budget
     "min_lr_ratio": 0.1,  # cosine decay to lr * min_lr_ratio
-    "warmup_steps": 20,
+    "warmup_steps": 35,
     "weight_decay": 0.01,
     "grad_clip": 1.0,
+    "pack_len": 128,  # pack problems into rows of this many tokens; 0 = one padded row each
     "eval_problems": 256,  # held-out problems for the accuracy measurement
     "eval_samples": 4,  # sampled responses per held-out problem
     "eval_temperature": 1.0,
@@ -188,12 +189,18 @@ def warm_start(
 
 
 def sft_batch(
-    tokenizer: PreTrainedTokenizerFast, problems: list[Problem]
+    tokenizer: PreTrainedTokenizerFast, problems: list[Problem], *, pack_len: int | None = None
 ) -> dict[str, torch.Tensor]:
-    """Right-padded `<bos> prompt solution <eos>`; labels are -100 except solution + EOS.
+    """`<bos> prompt solution <eos>` per problem; labels are -100 except solution + EOS.
 
     Prompt and solution are tokenized separately, exactly as the rollout tokenizes the
     prompt alone and the policy continues it, so SFT and RL see the same token boundary.
+
+    `pack_len=None`: one right-padded row per problem (`input_ids, attention_mask, labels`).
+    `pack_len=L`: problems are packed in order into rows of width max(L, longest), with
+    `position_ids` restarting at 0 for each problem and no `attention_mask`; HF then builds a
+    block-diagonal causal mask (call the model with `use_cache=False`), so every problem sees
+    only itself and the loss equals the padded one, for about 25% less compute than padding.
     """
     prompts = tokenizer([p.prompt for p in problems], add_special_tokens=True)["input_ids"]
     sols = tokenizer([p.solution for p in problems], add_special_tokens=False)["input_ids"]
@@ -202,16 +209,37 @@ def sft_batch(
         target = s_ids + [tokenizer.eos_token_id]
         seqs.append(p_ids + target)
         labels.append([-100] * len(p_ids) + target)
-    width = max(map(len, seqs))
     pad = tokenizer.pad_token_id
-    input_ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-    label_t = torch.full((len(seqs), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, (s, lab) in enumerate(zip(seqs, labels, strict=True)):
-        input_ids[i, : len(s)] = torch.tensor(s)
-        label_t[i, : len(s)] = torch.tensor(lab)
-        mask[i, : len(s)] = 1
-    return {"input_ids": input_ids, "attention_mask": mask, "labels": label_t}
+    if pack_len is None:
+        rows = [[i] for i in range(len(seqs))]
+        width = max(map(len, seqs))
+    else:
+        width = max(pack_len, *map(len, seqs))
+        rows, used = [], []  # first fit, in problem order: deterministic
+        for i, s in enumerate(seqs):
+            r = next((r for r, u in enumerate(used) if u + len(s) <= width), len(rows))
+            if r == len(rows):
+                rows.append([])
+                used.append(0)
+            rows[r].append(i)
+            used[r] += len(s)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    label_t = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    position_ids = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, members in enumerate(rows):
+        o = 0
+        for i in members:
+            n = len(seqs[i])
+            input_ids[r, o : o + n] = torch.tensor(seqs[i])
+            label_t[r, o : o + n] = torch.tensor(labels[i])
+            mask[r, o : o + n] = 1
+            position_ids[r, o : o + n] = torch.arange(n)
+            o += n
+        # the padding tail keeps position 0: each pad token is a block of its own
+    if pack_len is None:
+        return {"input_ids": input_ids, "attention_mask": mask, "labels": label_t}
+    return {"input_ids": input_ids, "position_ids": position_ids, "labels": label_t}
 
 
 def _lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
@@ -255,13 +283,21 @@ def sft(
     torch.manual_seed(seed)
     bar = tqdm(range(steps), desc="warm start SFT", disable=not progress, dynamic_ncols=True)
     for step in bar:
-        batch = sft_batch(tokenizer, [task.problem(step * bsz + j) for j in range(bsz)])
-        if batch["input_ids"].shape[1] > max_pos:
+        batch = sft_batch(
+            tokenizer,
+            [task.problem(step * bsz + j) for j in range(bsz)],
+            pack_len=int(cfg["pack_len"]) or None,
+        )
+        if "position_ids" in batch:
+            longest = int(batch["position_ids"].max()) + 1
+        else:
+            longest = int(batch["attention_mask"].sum(1).max())
+        if longest > max_pos:
             raise ValueError(
-                f"an SFT sequence has {batch['input_ids'].shape[1]} tokens but "
-                f"model.max_position_embeddings is {max_pos}; raise it or shorten the task"
+                f"an SFT sequence has {longest} tokens but model.max_position_embeddings "
+                f"is {max_pos}; raise it or shorten the task"
             )
-        loss = model(**batch).loss
+        loss = model(**batch, use_cache=False).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
