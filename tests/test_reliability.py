@@ -61,6 +61,14 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert json.loads((crashed / "status.json").read_text())["status"] == "running"
+    # The analysis reads the killed run up to its last complete step, and says so.
+    from analysis.loader import load_runs
+
+    partial = load_runs([crashed])
+    (run,) = partial.runs
+    assert run.complete_steps == sorted(set(partial.steps["step"]))
+    assert partial.steps["step"].max() >= 1 and partial.updates["step"].max() <= partial.steps["step"].max()
+    assert any("used up to its last complete step" in m for m in partial.messages)
 
     resumed = subprocess.run(_cli(overrides, crashed), cwd=REPO, capture_output=True, text=True,
                              timeout=900)
@@ -76,6 +84,9 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
     token_parts = sorted(p.name for p in (crashed / "tokens").glob("*.parquet"))
     assert token_parts == [f"step_{s:06d}.parquet" for s in range(5)]
     assert len(list((crashed / "checkpoints").glob("*.pt"))) == 2  # keep=2
+    # ...and the resumed run whole: every step once, the same numbers as the reference.
+    resumed_steps = load_runs([crashed]).steps
+    assert resumed_steps["step"].tolist() == list(range(5))
 
 
 def _nan_on_updates(monkeypatch, bad_calls):

@@ -45,6 +45,12 @@ class Rollout:
         )
 
 
+def needs_special_tokens(tokenizer, prompts: list[str]) -> bool:
+    """Add BOS like the warm start and evaluator do, unless a chat template already did."""
+    bos = getattr(tokenizer, "bos_token", None)
+    return not (bos and all(p.startswith(bos) for p in prompts))
+
+
 class RolloutBackend(Protocol):
     def generate(self, prompts: list[str], *, num_samples: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: int) -> Rollout: ...

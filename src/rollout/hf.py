@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from src.rollout.base import Rollout
+from src.rollout.base import Rollout, needs_special_tokens
 
 
 class HFRollout:
@@ -34,7 +34,8 @@ class HFRollout:
             bos_token_id=tok.bos_token_id, output_scores=True, return_dict_in_generate=True)
         old_side, tok.padding_side = tok.padding_side, "left"
         try:
-            enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = tok(prompts, return_tensors="pt", padding=True,
+                      add_special_tokens=needs_special_tokens(tok, prompts))
         finally:
             tok.padding_side = old_side
         device = next(self.model.parameters()).device

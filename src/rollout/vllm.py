@@ -45,7 +45,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from transformers import PreTrainedTokenizerBase
 
-from src.rollout.base import Rollout
+from src.rollout.base import Rollout, needs_special_tokens
 
 _PREFIXES = ("_orig_mod.", "module.")  # torch.compile and DDP wrappers
 
@@ -213,7 +213,7 @@ class VLLMRollout:
         if self._asleep:
             self._wake()
         tok = self.tokenizer
-        prompt_tokens = tok(prompts, add_special_tokens=False)["input_ids"]
+        prompt_tokens = tok(prompts, add_special_tokens=needs_special_tokens(tok, prompts))["input_ids"]
         params = []
         for g in range(len(prompts)):
             sp = dict(n=num_samples, temperature=temperature, top_p=top_p,
