@@ -29,8 +29,14 @@ def main() -> None:
     import torch
     from hydra import compose, initialize_config_dir
 
-    from src.build import (build_backend, build_model, build_optimizer, build_task, pick_device,
-                           prompt_formatter)
+    from src.build import (
+        build_backend,
+        build_model,
+        build_optimizer,
+        build_task,
+        pick_device,
+        prompt_formatter,
+    )
     from src.checkpoint import TrainState
     from src.config import validate
     from src.telemetry import RunWriter

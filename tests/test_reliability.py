@@ -89,8 +89,8 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
     assert resumed_steps["step"].tolist() == list(range(5))
 
 
-def _nan_on_updates(monkeypatch, bad_calls):
-    """Make the update forward pass (grad enabled) return NaN log-probs on chosen calls."""
+def _nan_on_updates(monkeypatch, is_bad):
+    """NaN log-probs from the update forward pass (grad enabled) on calls n where is_bad(n)."""
     real = trainer_module.response_logprobs
     calls = {"n": 0}
 
@@ -98,7 +98,7 @@ def _nan_on_updates(monkeypatch, bad_calls):
         logp, entropy = real(model, batch, **kw)
         if torch.is_grad_enabled():
             calls["n"] += 1
-            if calls["n"] in bad_calls or "all" in bad_calls:
+            if is_bad(calls["n"]):
                 logp = logp + float("nan")
         return logp, entropy
 
@@ -106,7 +106,7 @@ def _nan_on_updates(monkeypatch, bad_calls):
 
 
 def test_nan_logprobs_skip_the_update_and_are_counted(tmp_path, smoke_overrides, monkeypatch, capsys):
-    _nan_on_updates(monkeypatch, {2})
+    _nan_on_updates(monkeypatch, lambda n: n == 2)
     run_dir = tmp_path / "run"
     assert execute(compose([*smoke_overrides, "method=ppo"]), run_dir) == "finished"
     updates = read_metrics(run_dir)["update"]
@@ -143,18 +143,7 @@ def test_consecutive_bad_updates_stop_the_run_and_keep_checkpoint(tmp_path, smok
     run_dir = tmp_path / "run"
     cfg = compose([*smoke_overrides, "method=ppo", "train.steps=4", "checkpoint.every=1",
                    "train.max_bad_updates=3"])
-    real = trainer_module.response_logprobs
-    state = {"updates": 0}
-
-    def fail_after_step_one(model, batch, **kw):
-        logp, entropy = real(model, batch, **kw)
-        if torch.is_grad_enabled():
-            state["updates"] += 1
-            if state["updates"] > 2:  # step 0 (two updates) is fine, then all NaN
-                logp = logp * float("nan")
-        return logp, entropy
-
-    monkeypatch.setattr(trainer_module, "response_logprobs", fail_after_step_one)
+    _nan_on_updates(monkeypatch, lambda n: n > 2)  # step 0 (two updates) is fine, then NaN
     with pytest.raises(SystemExit) as stop:
         execute(cfg, run_dir)
     assert stop.value.code == 3

@@ -38,7 +38,8 @@ from src.models.tokenizer import train_tokenizer
 from src.tasks.base import Problem, Task
 
 # Bump when the SFT recipe changes in a way that changes the weights for the same config.
-WARM_START_VERSION = 1
+# 2: packed SFT batches.
+WARM_START_VERSION = 2
 
 DEFAULT_MODEL_CFG: dict[str, Any] = {
     "arch": "llama",
@@ -168,8 +169,9 @@ def warm_start(
         "sft_loss_final": sum(tail) / len(tail),  # mean over the last 10% of steps
         "sft_losses": losses,
         "sft_seconds": sft_seconds,
-        # CPU time over all threads: a load-independent measure of the work (wall time on a
-        # shared machine depends on the other jobs).
+        # CPU time summed over threads. Wall time on a shared machine depends on the other
+        # jobs; with one thread this is a load-independent measure of the work (with more,
+        # threads spin while waiting for each other and inflate it under contention).
         "sft_cpu_seconds": sft_cpu_seconds,
         "eval_seconds": time.perf_counter() - t0,
         "next_train_index": int(s_cfg["steps"]) * int(s_cfg["batch_size"]),
