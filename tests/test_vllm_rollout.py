@@ -134,7 +134,8 @@ def test_fake_layout_and_sampling_params(fake_vllm):
     roll = backend.generate(prompts, num_samples=4, max_new_tokens=8, temperature=0.9,
                             top_p=0.95, seed=7)
     sent, params = llm.requests[-1]
-    assert [s["prompt_token_ids"] for s in sent] == tok(prompts, add_special_tokens=False)["input_ids"]
+    # BOS included, exactly as the warm start and the evaluator tokenize prompts.
+    assert [s["prompt_token_ids"] for s in sent] == tok(prompts, add_special_tokens=True)["input_ids"]
     sp = params[0]
     assert (sp.n, sp.logprobs, sp.detokenize, sp.temperature, sp.top_p, sp.max_tokens) == \
         (4, 0, False, 0.9, 0.95, 8)
@@ -151,7 +152,7 @@ def test_fake_layout_and_sampling_params(fake_vllm):
         assert (roll.response_ids[r, n:] == tok.pad_token_id).all()
         assert torch.allclose(roll.sampler_logp[r, :n], -torch.arange(1, n + 1) / 10)
         assert (roll.sampler_logp[r, n:] == 0).all()
-        prompt = tok(prompts[r // 4], add_special_tokens=False)["input_ids"]
+        prompt = tok(prompts[r // 4], add_special_tokens=True)["input_ids"]
         assert roll.prompt_ids[r][roll.prompt_mask[r]].tolist() == prompt
         assert not roll.prompt_mask[r, :roll.prompt_ids.shape[1] - len(prompt)].any()  # left pad
     assert roll.texts[0] == ""  # just EOS, special tokens removed
