@@ -253,9 +253,7 @@ def test_load_hf_model_local_round_trip(tok, tmp_path):
     model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0)
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    loaded, ltok = load_hf_model(
-        tmp_path, dtype="fp32", device="cpu", gradient_checkpointing=True
-    )
+    loaded, ltok = load_hf_model(tmp_path, dtype="fp32", device="cpu", gradient_checkpointing=True)
     assert ltok.padding_side == "left" and ltok.pad_token_id == tok.pad_token_id
     assert getattr(loaded, "is_activation_checkpointing", None) or loaded.is_gradient_checkpointing
     ids = tok(["12+3=?\n"], return_tensors="pt")["input_ids"]

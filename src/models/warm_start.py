@@ -341,12 +341,8 @@ def evaluate(
         temperature=temperature,
         seed=seed,
     )
-    ref_lens = [
-        len(ids) + 1  # + EOS
-        for ids in tokenizer([p.solution for p in problems], add_special_tokens=False)[
-            "input_ids"
-        ]
-    ]
+    ref_ids = tokenizer([p.solution for p in problems], add_special_tokens=False)["input_ids"]
+    ref_lens = [len(ids) + 1 for ids in ref_ids]  # + EOS
     by_diff: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for g in greedy:
         p = problems[g.prompt_index]
