@@ -62,6 +62,9 @@ class Run:
     token_parts: list[Path]
     notes: list[str] = field(default_factory=list)
     bad_parts: set[Path] = field(default_factory=set)
+    # Set for exported runs (experiments/export_results.py): the share of responses whose
+    # token rows were kept. None: every token row is there.
+    token_sample_fraction: float | None = None
 
     @property
     def last_step(self) -> int:
@@ -377,6 +380,7 @@ def _load_one(root: Path, path: Path) -> tuple[Run, dict[str, pd.DataFrame]] | s
         complete_steps=steps,
         token_parts=parts,
         notes=notes,
+        token_sample_fraction=(meta.get("export") or {}).get("response_fraction"),
         **ident,
     )
     frames = {

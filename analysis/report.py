@@ -65,18 +65,26 @@ def _ci(values: pd.Series) -> tuple[float, float, float, int, str]:
 
 
 def _threshold(c: Claim, values: pd.Series, above: float) -> Claim:
-    m, _, _, n, text = _ci(values)
+    m, low, high, n, text = _ci(values)
     if n:
         c.measured, c.value = text, m
         c.verdict = "held" if m > above else "not held"
+        if math.isnan(low):
+            c.note = "one run: no interval"
+        elif low <= above <= high:
+            c.note = "95% interval includes the threshold"
     return c
 
 
 def _in_range(c: Claim, values: pd.Series, lo: float, hi: float) -> Claim:
-    m, _, _, n, text = _ci(values)
+    m, low, high, n, text = _ci(values)
     if n:
         c.measured, c.value = text, m
         c.verdict = "held" if lo <= m <= hi else "not held"
+        if math.isnan(low):
+            c.note = "one run: no interval"
+        elif low < lo or high > hi:
+            c.note = "95% interval reaches outside the range"
     return c
 
 
@@ -271,6 +279,22 @@ def results_markdown(results: pd.DataFrame) -> pd.DataFrame:
     return wide
 
 
+def _sampling_lines(runs: RunSet) -> list[str]:
+    """Says which token-level numbers come from a sample of responses, if any do."""
+    fractions = sorted({r.token_sample_fraction for r in runs.runs if r.token_sample_fraction})
+    if not fractions:
+        return []
+    sampled = sum(r.token_sample_fraction is not None for r in runs.runs)
+    shares = ", ".join(f"{f:g}" for f in fractions)
+    return [
+        f"Token rows of {sampled} of {len(runs.runs)} runs are a seeded sample of whole "
+        f"responses (share kept: {shares}; meta.json `export`). Figures and numbers drawn "
+        "from token rows (Fig 5, Fig 10 and the entropy-quadrant figure) "
+        "are estimates from that sample; everything from metrics.jsonl is exact.",
+        "",
+    ]
+
+
 def write_report(
     runs: RunSet,
     summary: pd.DataFrame,
@@ -314,12 +338,14 @@ def write_report(
         "",
         "Rows marked 'staleness > 1' pool every such staleness, so their n counts runs "
         "(seeds x staleness levels). A claim is held when its criterion is met by the means; "
-        "'no data' when the runs it needs are missing.",
+        "'no data' when the runs it needs are missing. The note says when the 95% "
+        "interval does not settle the verdict.",
         "",
         md_table(claims[["claim", "paper", "measured", "criterion", "verdict", "note"]]),
         "",
         "## Figures",
         "",
+        *_sampling_lines(runs),
         *[f"- made `{n}`" for n in made],
         *[f"- skipped `{n}`: {why}" for n, why in skipped],
         "",

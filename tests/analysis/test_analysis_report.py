@@ -75,12 +75,15 @@ def test_claim_verdicts_on_hand_made_numbers():
     c = claims_table(s).set_index("claim")
     row = c.filter(like="Negative tokens carry", axis=0).iloc[0]
     assert row["value"] == pytest.approx(1 - 0.38) and row["verdict"] == "held"
+    # 0.60, 0.64: mean 0.62, half-width 12.706 * 0.0283 / sqrt 2 = 0.254 > 0.12.
+    assert row["note"] == "95% interval includes the threshold"
     row = c.filter(like="Negative responses are longer", axis=0).iloc[0]
     assert row["value"] == pytest.approx(12 - 11) and row["verdict"] == "held"
     row = c.filter(like="clip fraction", axis=0).iloc[0]
     assert row["measured"] == "1x: 0.000, 4x: 0.210" and row["verdict"] == "held"
     row = c.filter(like="c_high settles", axis=0).iloc[0]
     assert row["value"] == pytest.approx(2.05) and row["verdict"] == "held"
+    assert row["note"] == "95% interval reaches outside the range"  # 2.05 +- 0.635
     row = c.filter(like="positive contribution (bapo", axis=0).iloc[0]
     assert row["value"] == pytest.approx(0.445) and row["verdict"] == "held"
     row = c.filter(like="bapo beats ppo at 4x", axis=0).iloc[0]

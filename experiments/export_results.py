@@ -1,0 +1,118 @@
+"""Copy finished run dirs into a compact, committable tree (default experiments/results/).
+
+    python experiments/export_results.py [--runs runs] [--out experiments/results]
+                                         [--response-fraction 0.25]
+
+Per run it keeps config.yaml, status.json and metrics.jsonl in full (every step, update and
+eval record), meta.json with an `export` block added, and the token rows of a seeded sample
+of whole responses (each response with all its tokens, in every update that used it) in
+one Parquet file, `tokens/sampled.parquet`. Checkpoints are left out. The analysis loader
+reads the result like any run dir, so
+
+    python analysis/make_figures.py --runs experiments/results
+
+redraws the committed figures. Token-level panels then see the sampled responses only:
+shares, medians and scatter shapes are estimates from that sample; every metric and
+curve (from metrics.jsonl) is exact.
+
+Why whole responses rather than single rows: a response keeps its positions together, so
+per-response views (length, positions, reward) stay meaningful in the sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent
+KEEP_FILES = ("config.yaml", "status.json", "metrics.jsonl")
+SAMPLE_NAME = "sampled.parquet"
+
+
+def finished_runs(root: Path) -> list[Path]:
+    runs = []
+    for status_path in sorted(root.rglob("status.json")):
+        try:
+            status = json.loads(status_path.read_text()).get("status")
+        except (OSError, ValueError):
+            status = None
+        if status == "finished":
+            runs.append(status_path.parent)
+        else:
+            print(f"skip {status_path.parent}: status {status!r}, not finished", file=sys.stderr)
+    return runs
+
+
+def keep_mask(table: pa.Table, fraction: float, salt: int) -> np.ndarray:
+    """Rows of the responses kept: (step, response_id) hashed with a per-run salt.
+
+    A hash rather than an RNG draw so that a response is kept or dropped the same way in
+    every update that used it, and a rerun of the export gives the same files.
+    """
+    step = table["step"].to_numpy().astype(np.uint64)
+    rid = table["response_id"].to_numpy().astype(np.uint64)
+    key = (step * np.uint64(1_000_003) + rid + np.uint64(salt)) * np.uint64(0x9E3779B97F4A7C15)
+    return (key >> np.uint64(40)).astype(np.float64) / float(1 << 24) < fraction
+
+
+def export_run(src: Path, dst: Path, fraction: float, run_key: str) -> tuple[int, int]:
+    if dst.exists():
+        shutil.rmtree(dst)
+    (dst / "tokens").mkdir(parents=True)
+    for name in KEEP_FILES:
+        shutil.copy2(src / name, dst / name)
+    parts = sorted((src / "tokens").glob("step_*.parquet"))
+    table = pa.concat_tables([pq.read_table(p) for p in parts]) if parts else None
+    total = table.num_rows if table is not None else 0
+    kept = 0
+    if table is not None:
+        mask = keep_mask(table, fraction, zlib.crc32(run_key.encode()))
+        sample = table.filter(pa.array(mask)).sort_by([("step", "ascending"), ("update", "ascending"),
+                                                       ("response_id", "ascending"),
+                                                       ("position", "ascending")])
+        kept = sample.num_rows
+        pq.write_table(sample, dst / "tokens" / SAMPLE_NAME, compression="zstd",
+                       compression_level=19)
+    meta = json.loads((src / "meta.json").read_text())
+    meta["export"] = {
+        "token_rows": "sampled whole responses, tokens/sampled.parquet",
+        "response_fraction": fraction,
+        "token_rows_source": total,
+        "token_rows_kept": kept,
+        "checkpoints": "not exported",
+        "source_dir": src.relative_to(REPO).as_posix() if src.is_relative_to(REPO) else str(src),
+    }
+    (dst / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return total, kept
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, default=REPO / "runs")
+    parser.add_argument("--out", type=Path, default=REPO / "experiments" / "results")
+    parser.add_argument("--response-fraction", type=float, default=0.25)
+    args = parser.parse_args()
+    if not 0 < args.response_fraction <= 1:
+        raise SystemExit(f"--response-fraction must be in (0, 1], got {args.response_fraction}")
+    runs = finished_runs(args.runs)
+    if not runs:
+        raise SystemExit(f"no finished run dirs under {args.runs}; run a sweep first")
+    for src in runs:
+        rel = src.relative_to(args.runs)
+        total, kept = export_run(src, args.out / rel, args.response_fraction, rel.as_posix())
+        print(f"{rel}: {kept}/{total} token rows")
+    size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
+    print(f"{len(runs)} runs -> {args.out} ({size / 2**20:.1f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

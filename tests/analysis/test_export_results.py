@@ -1,0 +1,85 @@
+"""experiments/export_results.py: compact copies of finished runs that the loader still reads."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.loader import load_runs
+from analysis.report import write_report
+from analysis.summary import run_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def export():
+    spec = importlib.util.spec_from_file_location(
+        "export_results", ROOT / "experiments" / "export_results.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_export_keeps_metrics_whole_and_whole_responses(export, tmp_path, write_run):
+    src_root, out = tmp_path / "runs", tmp_path / "results"
+    run = write_run(src_root, "bapo", 4, 0, steps=4, tokens_per_step=1600)
+    write_run(src_root, "ppo", 4, 0, status="running")  # not finished: left out
+    finished = export.finished_runs(src_root)
+    assert finished == [run.path]
+
+    rel = run.path.relative_to(src_root)
+    total, kept = export.export_run(run.path, out / rel, 0.25, rel.as_posix())
+    dst = out / rel
+    for name in ("config.yaml", "status.json", "metrics.jsonl"):
+        assert (dst / name).read_bytes() == (run.path / name).read_bytes()
+    meta = json.loads((dst / "meta.json").read_text())
+    assert meta["export"]["response_fraction"] == 0.25
+    assert (meta["export"]["token_rows_source"], meta["export"]["token_rows_kept"]) == (total, kept)
+    assert not (dst / "checkpoints").exists()
+
+    source = run.tokens
+    sample = pq.read_table(dst / "tokens" / "sampled.parquet").to_pandas()
+    assert total == len(source) and kept == len(sample)
+    # Whole responses: each kept (step, response_id) has every row the source has for it,
+    # with identical values.
+    keys = sample[["step", "response_id"]].drop_duplicates()
+    expected = source.merge(keys, on=["step", "response_id"])
+    order = ["step", "update", "response_id", "position"]
+    pd.testing.assert_frame_equal(
+        sample.sort_values(order).reset_index(drop=True),
+        expected.sort_values(order).reset_index(drop=True),
+        check_dtype=False,
+    )
+    # 4 steps x 200 responses at 0.25: 200 expected, binomial sd ~12.
+    assert 140 <= len(keys) <= 260
+
+    again = tmp_path / "again"
+    export.export_run(run.path, again / rel, 0.25, rel.as_posix())
+    assert pq.read_table(again / rel / "tokens" / "sampled.parquet").equals(
+        pq.read_table(dst / "tokens" / "sampled.parquet")
+    )
+
+
+def test_loader_and_report_read_an_export(export, tmp_path, write_run):
+    src_root, out = tmp_path / "runs", tmp_path / "results"
+    run = write_run(src_root, "ppo", 2, 0, steps=4, tokens_per_step=400)
+    rel = run.path.relative_to(src_root)
+    export.export_run(run.path, out / rel, 0.5, rel.as_posix())
+    runs = load_runs([out])
+    (loaded,) = runs.runs
+    assert loaded.token_sample_fraction == 0.5 and loaded.complete_steps == [0, 1, 2, 3]
+    assert len(runs.steps) == len(run.steps) and len(runs.updates) == len(run.updates)
+    rows = runs.tokens(["step", "response_id", "logp"])
+    kept = pq.read_table(out / rel / "tokens" / "sampled.parquet")
+    assert len(rows) == kept.num_rows and 0 < len(rows) < len(run.tokens)
+
+    path, _, _ = write_report(runs, run_summary(runs), tmp_path / "fig", ["results"], [], [], 2)
+    assert "Token rows of 1 of 1 runs are a seeded sample of whole responses" in path.read_text()
+    assert "share kept: 0.5" in path.read_text()
