@@ -75,12 +75,18 @@ def export_run(src: Path, dst: Path, fraction: float, run_key: str) -> tuple[int
     kept = 0
     if table is not None:
         mask = keep_mask(table, fraction, zlib.crc32(run_key.encode()))
-        sample = table.filter(pa.array(mask)).sort_by([("step", "ascending"), ("update", "ascending"),
-                                                       ("response_id", "ascending"),
-                                                       ("position", "ascending")])
+        sample = table.filter(pa.array(mask)).sort_by(
+            [
+                ("step", "ascending"),
+                ("update", "ascending"),
+                ("response_id", "ascending"),
+                ("position", "ascending"),
+            ]
+        )
         kept = sample.num_rows
-        pq.write_table(sample, dst / "tokens" / SAMPLE_NAME, compression="zstd",
-                       compression_level=19)
+        pq.write_table(
+            sample, dst / "tokens" / SAMPLE_NAME, compression="zstd", compression_level=19
+        )
     meta = json.loads((src / "meta.json").read_text())
     meta["export"] = {
         "token_rows": "sampled whole responses, tokens/sampled.parquet",
@@ -95,8 +101,9 @@ def export_run(src: Path, dst: Path, fraction: float, run_key: str) -> tuple[int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=Path, default=REPO / "runs")
     parser.add_argument("--out", type=Path, default=REPO / "experiments" / "results")
     parser.add_argument("--response-fraction", type=float, default=0.25)

@@ -30,12 +30,18 @@ def sweep_command(name: str, extra: list[str]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("sweep", help="a name in sweeps.yaml, or 'all'")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     parser.add_argument("extra", nargs="*", help="overrides added to every run")
     args = parser.parse_args()
-    names = list(yaml.safe_load((HERE / "sweeps.yaml").read_text())) if args.sweep == "all" else [args.sweep]
+    names = (
+        list(yaml.safe_load((HERE / "sweeps.yaml").read_text()))
+        if args.sweep == "all"
+        else [args.sweep]
+    )
     for name in names:
         cmd = sweep_command(name, args.extra)
         print("$", " ".join(cmd), flush=True)
