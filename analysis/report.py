@@ -26,6 +26,8 @@ RESULT_COLUMNS = {
     "clip_low_frac": "clip low frac",
     "clip_high_frac": "clip high frac",
     "rho": "rho (bapo)",
+    "c_low": "c_low",
+    "c_high": "c_high",
 }
 
 
@@ -329,8 +331,8 @@ def write_report(
         "",
         f"final accuracy: last eval record. final reward: mean `reward_mean` of the last "
         f"{last_k} steps. entropy drop: `entropy_mean` of the first step minus the mean of the "
-        f"last {last_k} steps. clip fractions, rho: mean over all steps (rho of bapo-objective "
-        "runs only).",
+        f"last {last_k} steps. clip fractions, rho, c_low, c_high: mean over all steps (rho of "
+        "bapo-objective runs only; fixed-clip methods show their fixed bounds).",
         "",
         md_table(results_markdown(results)) if len(results) else "no runs",
         "",
