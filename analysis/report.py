@@ -15,6 +15,7 @@ import pandas as pd
 
 from analysis import style
 from analysis.loader import RunSet
+from analysis.search_outcomes import search_outcomes
 from analysis.stats import fmt_ci, mean_ci
 
 RESULT_COLUMNS = {
@@ -281,6 +282,31 @@ def results_markdown(results: pd.DataFrame) -> pd.DataFrame:
     return wide
 
 
+def _search_lines(runs: RunSet, out: Path) -> list[str]:
+    """The BAPO search-outcome section (analysis/search_outcomes.py), also as CSV."""
+    table = search_outcomes(runs)
+    if table.empty:
+        return []
+    table.to_csv(out / "bapo_search.csv", index=False)
+    shown = table.copy()
+    shown["staleness"] = shown["staleness"].map(style.staleness_label)
+    for col in shown.columns[4:]:
+        shown[col] = shown[col].map(lambda v: f"{v:.3f}")
+    return [
+        "## How the BAPO search ended",
+        "",
+        "Share of update records (all seeds pooled) by how the bound search ended: `at "
+        "start` (rho >= rho0 at the start bounds), `moved, reached`, `not reached` (the whole "
+        "grid tried, bounds left at the max), `undefined` (no token with A != 0). `rho "
+        "before`/`after`: mean positive contribution before and after the search. Update 0 "
+        "of a rollout is on-policy: nothing can be clipped there, so its rho is the batch's "
+        "own sign balance.",
+        "",
+        md_table(shown),
+        "",
+    ]
+
+
 def _sampling_lines(runs: RunSet) -> list[str]:
     """Says which token-level numbers come from a sample of responses, if any do."""
     fractions = sorted({r.token_sample_fraction for r in runs.runs if r.token_sample_fraction})
@@ -345,6 +371,7 @@ def write_report(
         "",
         md_table(claims[["claim", "paper", "measured", "criterion", "verdict", "note"]]),
         "",
+        *_search_lines(runs, out),
         "## Figures",
         "",
         *_sampling_lines(runs),

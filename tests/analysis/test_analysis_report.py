@@ -107,3 +107,47 @@ def test_write_report(sweep, runset, tmp_path):
     # Every cell of the results table comes from the frame written next to it.
     mean = results.set_index(["method", "staleness", "metric"]).loc[("ppo", 2, "clip_frac")]
     assert f"{mean['mean']:.3f} ± {(mean['ci_high'] - mean['ci_low']) / 2:.3f} (n=2)" in text
+
+
+def test_search_outcomes_counts_each_ending():
+    from analysis.search_outcomes import outcome_table
+
+    # Hand-made update records of one bapo run at 4x and one ppo run (left out).
+    def upd(method, update, steps, reached, undefined, rho_b, rho, c_low, c_high):
+        return dict(
+            run_id=f"r/{method}",
+            method=method,
+            staleness=4,
+            seed=0,
+            step=0,
+            update=update,
+            bapo_steps=steps,
+            bapo_reached=reached,
+            bapo_undefined=undefined,
+            rho_before=rho_b,
+            rho=rho,
+            c_low=c_low,
+            c_high=c_high,
+            skipped=False,
+        )
+
+    updates = pd.DataFrame(
+        [
+            upd("bapo", 0, 0, True, False, 0.6, 0.6, 0.6, 1.2),  # on-policy, at start
+            upd("bapo", 1, 0, True, False, 0.5, 0.5, 0.6, 1.2),  # at start
+            upd("bapo", 2, 7, True, False, 0.3, 0.41, 0.7, 1.5),  # moved, reached
+            upd("bapo", 3, 51, False, False, 0.1, 0.12, 0.9, 3.0),  # not reached
+            upd("bapo", 1, 0, None, True, None, None, 0.6, 1.2),  # undefined
+            upd("ppo", 1, 0, None, None, 0.2, 0.2, 0.8, 1.2),
+        ]
+    )
+    t = outcome_table(updates, {"r/bapo"}).set_index("updates")
+    stale = t.loc["1..k-1 (stale)"]
+    assert stale["n"] == 4
+    assert (stale["at start"], stale["moved, reached"]) == (0.25, 0.25)
+    assert (stale["not reached"], stale["undefined"]) == (0.25, 0.25)
+    assert stale["rho before"] == pytest.approx((0.5 + 0.3 + 0.1) / 3)
+    assert stale["c_high"] == pytest.approx((1.2 + 1.5 + 3.0 + 1.2) / 4)
+    on = t.loc["0 (on-policy)"]
+    assert on["n"] == 1 and on["at start"] == 1.0
+    assert outcome_table(updates.drop(columns="bapo_steps"), {"r/bapo"}).empty

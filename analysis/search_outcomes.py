@@ -1,0 +1,80 @@
+"""How BAPO's bound search ended, per update: the table that says what the bounds did.
+
+A step-mean of c_low/c_high (Fig 8) hides whether the search moved because clipping
+starved the positive tokens or because the mini-batch itself held too little positive
+advantage for any bounds to fix. This table counts, over the update records of
+bapo-objective runs, which of these happened:
+
+- at start: rho >= rho0 with the start bounds (no search step);
+- moved, reached: the search widened the bounds and reached rho0;
+- not reached: the whole grid was tried and rho stayed below rho0 (bounds end at the max);
+- undefined: no loss-bearing token with A != 0 (bounds stay at the start, flagged).
+
+Update 0 of a rollout is on-policy (every ratio is 1, nothing can be clipped), so it is
+counted apart from the stale updates 1..k-1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.fig_bounds import is_bapo
+from analysis.loader import RunSet
+
+NEEDED = ("bapo_steps", "bapo_reached", "rho_before", "rho", "c_low", "c_high")
+OUTCOMES = ("at start", "moved, reached", "not reached", "undefined")
+
+
+def outcome(updates: pd.DataFrame) -> pd.Series:
+    steps = pd.to_numeric(updates["bapo_steps"], errors="coerce").fillna(0)
+    reached = updates["bapo_reached"].astype("boolean").fillna(False).astype(bool)
+    undefined = (
+        updates["bapo_undefined"].astype("boolean").fillna(False).astype(bool)
+        if "bapo_undefined" in updates
+        else pd.Series(False, index=updates.index)
+    )
+    return pd.Series(
+        np.select(
+            [undefined, reached & (steps == 0), reached],
+            ["undefined", "at start", "moved, reached"],
+            default="not reached",
+        ),
+        index=updates.index,
+    )
+
+
+def search_outcomes(runs: RunSet) -> pd.DataFrame:
+    return outcome_table(runs.updates, {r.run_id for r in runs.select(is_bapo)})
+
+
+def outcome_table(u: pd.DataFrame, ids: set[str]) -> pd.DataFrame:
+    """Per bapo method, staleness and update kind: share of each outcome, mean rho and bounds.
+
+    `u` holds update records with RUN_COLS; `ids` are the bapo-objective runs among them.
+    Empty when none of them logged the search fields.
+    """
+    if not ids or u.empty or not set(NEEDED) <= set(u.columns):
+        return pd.DataFrame()
+    u = u[u["run_id"].isin(ids)].copy()
+    if "skipped" in u:
+        u = u[~u["skipped"].astype("boolean").fillna(False).astype(bool)]
+    u["outcome"] = outcome(u)
+    u["updates"] = np.where(u["update"] == 0, "0 (on-policy)", "1..k-1 (stale)")
+    rows = []
+    for (method, k, kind), g in u.groupby(["method", "staleness", "updates"], sort=True):
+        shares = g["outcome"].value_counts(normalize=True)
+        rows.append(
+            {
+                "method": method,
+                "staleness": int(k),
+                "updates": kind,
+                "n": len(g),
+                **{o: float(shares.get(o, 0.0)) for o in OUTCOMES},
+                "rho before": float(pd.to_numeric(g["rho_before"], errors="coerce").mean()),
+                "rho after": float(pd.to_numeric(g["rho"], errors="coerce").mean()),
+                "c_low": float(g["c_low"].mean()),
+                "c_high": float(g["c_high"].mean()),
+            }
+        )
+    return pd.DataFrame(rows)
