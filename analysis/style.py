@@ -94,7 +94,10 @@ def save(fig: plt.Figure, out_dir: Path, name: str, formats: Iterable[str], dpi:
     paths = []
     for fmt in formats:
         path = out_dir / f"{name}.{fmt}"
-        fig.savefig(path, dpi=dpi)
+        # No creation date in PDFs: a rerun on the same data gives the same bytes, so a
+        # reviewer can diff regenerated figures against the committed ones.
+        metadata = {"CreationDate": None} if fmt == "pdf" else None
+        fig.savefig(path, dpi=dpi, metadata=metadata)
         paths.append(path)
     plt.close(fig)
     return paths

@@ -218,3 +218,16 @@ def test_style_maps_are_fixed_and_deterministic():
     assert pal["my_new_method"] not in style.KNOWN_METHOD_COLORS.values()
     dashes = style.staleness_dashes([1, 2, 4, 8, 16])
     assert dashes[1] == "" and dashes[16] == style.staleness_dashes([16])[16]
+
+
+def test_figures_are_byte_identical_on_rerun(runset, opts, tmp_path):
+    # Committed figures are checked by regenerating them: same data must give same bytes.
+    from dataclasses import replace
+
+    from analysis.fig_bounds import fig08_bapo_bounds
+
+    opts = replace(opts, formats=("png", "pdf"))
+    first = {p.name: p.read_bytes() for p in fig08_bapo_bounds(runset, opts).paths}
+    again = {p.name: p.read_bytes() for p in fig08_bapo_bounds(runset, opts).paths}
+    assert set(first) == {"fig08_bapo_bounds.png", "fig08_bapo_bounds.pdf"}
+    assert first == again
