@@ -1,0 +1,120 @@
+"""Rerun one committed cell and check it against experiments/results, record by record.
+
+    python experiments/verify_cell.py staleness_4x/bapo/seed1 [--results experiments/results]
+                                      [--out DIR] [--keep]
+
+The cell is rerun with `python -m src.run experiment=... method=... seed=...` into a
+scratch dir (the warm start comes from the cache, or is rebuilt the same way). Then every
+metrics.jsonl record must equal the committed one except `time_*` fields, and every
+committed token row (a sample of whole responses) must equal the rerun's row for the same
+(step, update, response_id, position). Runs are deterministic on one machine and library
+stack (same seed -> same numbers); another CPU or torch build may differ in the last bits,
+which this check reports rather than hides. Exit code 0: identical; 1: a difference, with
+the first few listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent
+TOKEN_KEY = ["step", "update", "response_id", "position"]
+
+
+def _records(path: Path) -> list[dict]:
+    records = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        records.append({k: v for k, v in rec.items() if not k.startswith("time_")})
+    return records
+
+
+def compare_metrics(committed: Path, rerun: Path, limit: int = 5) -> list[str]:
+    a, b = _records(committed / "metrics.jsonl"), _records(rerun / "metrics.jsonl")
+    problems = []
+    if len(a) != len(b):
+        problems.append(f"metrics.jsonl: {len(a)} committed records, {len(b)} rerun")
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        for key in sorted(set(x) | set(y)):
+            if x.get(key) != y.get(key):
+                problems.append(
+                    f"record {i + 1} ({x.get('kind')} step {x.get('step')}) "
+                    f"{key}: committed {x.get(key)!r}, rerun {y.get(key)!r}"
+                )
+                if len(problems) >= limit:
+                    return problems
+    return problems
+
+
+def compare_tokens(committed: Path, rerun: Path) -> list[str]:
+    sample = pq.read_table(committed / "tokens" / "sampled.parquet")
+    parts = sorted((rerun / "tokens").glob("step_*.parquet"))
+    if not parts:
+        return ["rerun wrote no token parts"]
+    full = pa.concat_tables([pq.read_table(p) for p in parts])
+    joined = sample.join(full, keys=TOKEN_KEY, right_suffix="_rerun", join_type="left outer")
+    problems = []
+    for name in sample.column_names:
+        if name in TOKEN_KEY:
+            continue
+        left, right = joined[name], joined[f"{name}_rerun"]
+        if right.null_count > left.null_count:
+            problems.append(f"tokens: {right.null_count} committed rows missing from the rerun")
+            break
+        if not left.equals(right):
+            problems.append(f"tokens: column {name} differs")
+    return problems
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("cell", help="experiment/method/seedN, as under experiments/results")
+    parser.add_argument("--results", type=Path, default=REPO / "experiments" / "results")
+    parser.add_argument("--out", type=Path, help="rerun dir (default: a temporary dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the rerun dir")
+    args = parser.parse_args()
+    m = re.fullmatch(r"([^/]+)/([^/]+)/seed(\d+)", args.cell.strip("/"))
+    if not m:
+        raise SystemExit(f"cell must look like staleness_4x/bapo/seed1, got {args.cell!r}")
+    committed = args.results / args.cell
+    if not (committed / "metrics.jsonl").is_file():
+        raise SystemExit(
+            f"{committed} has no metrics.jsonl; list cells with `ls {args.results}/*/*`"
+        )
+    scratch = None if args.out else Path(tempfile.mkdtemp(prefix="verify_cell_"))
+    out = args.out or scratch / "run"  # a dir src.run makes itself: no resume, no overwrite
+    experiment, method, seed = m.groups()
+    cmd = [
+        sys.executable,
+        "-m",
+        "src.run",
+        f"experiment={experiment}",
+        f"method={method}",
+        f"seed={seed}",
+        f"hydra.run.dir={out}",
+    ]
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, cwd=REPO, check=True)
+    problems = compare_metrics(committed, out) + compare_tokens(committed, out)
+    if scratch is not None and not args.keep:
+        shutil.rmtree(scratch)
+    if problems:
+        print(f"{args.cell}: DIFFERS from the committed run", *problems, sep="\n  ")
+        raise SystemExit(1)
+    print(f"{args.cell}: every metric record and every committed token row is identical")
+
+
+if __name__ == "__main__":
+    main()
