@@ -1,7 +1,7 @@
 """Copy finished run dirs into a compact, committable tree (default experiments/results/).
 
     python experiments/export_results.py [--runs runs] [--out experiments/results]
-                                         [--response-fraction 0.25]
+                                         [--response-fraction 0.2]
 
 Per run it keeps config.yaml, status.json and metrics.jsonl in full (every step, update and
 eval record), meta.json with an `export` block added, and the token rows of a seeded sample
@@ -106,7 +106,7 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=Path, default=REPO / "runs")
     parser.add_argument("--out", type=Path, default=REPO / "experiments" / "results")
-    parser.add_argument("--response-fraction", type=float, default=0.25)
+    parser.add_argument("--response-fraction", type=float, default=0.2)
     args = parser.parse_args()
     if not 0 < args.response_fraction <= 1:
         raise SystemExit(f"--response-fraction must be in (0, 1], got {args.response_fraction}")
