@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import sys
 from pathlib import Path
@@ -11,20 +10,11 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
+from experiments import run_sweep
 from src.config import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = yaml.safe_load((ROOT / "experiments" / "sweeps.yaml").read_text())
-
-
-@pytest.fixture(scope="module")
-def run_sweep():
-    spec = importlib.util.spec_from_file_location(
-        "run_sweep", ROOT / "experiments" / "run_sweep.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_sweeps_cover_the_reproduction_grid():
@@ -59,7 +49,7 @@ def test_every_cell_composes_and_validates(name):
             assert cfg.method.name == method and cfg.experiment.name == experiment
 
 
-def test_sweep_command_is_one_multirun(run_sweep):
+def test_sweep_command_is_one_multirun():
     cmd = run_sweep.sweep_command("fig7", ["train.steps=2"])
     assert cmd[:4] == [sys.executable, "-m", "src.run", "-m"]
     assert cmd[4:] == [

@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-import pytest
 
 from analysis.loader import load_runs
 from analysis.report import write_report
 from analysis.summary import run_summary
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def export():
-    spec = importlib.util.spec_from_file_location(
-        "export_results", ROOT / "experiments" / "export_results.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from experiments import export_results as export
 
 
-def test_export_keeps_metrics_whole_and_whole_responses(export, tmp_path, write_run):
+def test_export_keeps_metrics_whole_and_whole_responses(tmp_path, write_run):
     src_root, out = tmp_path / "runs", tmp_path / "results"
     run = write_run(src_root, "bapo", 4, 0, steps=4, tokens_per_step=1600)
     write_run(src_root, "ppo", 4, 0, status="running")  # not finished: left out
@@ -67,7 +53,7 @@ def test_export_keeps_metrics_whole_and_whole_responses(export, tmp_path, write_
     )
 
 
-def test_loader_and_report_read_an_export(export, tmp_path, write_run):
+def test_loader_and_report_read_an_export(tmp_path, write_run):
     src_root, out = tmp_path / "runs", tmp_path / "results"
     run = write_run(src_root, "ppo", 2, 0, steps=4, tokens_per_step=400)
     rel = run.path.relative_to(src_root)

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _module(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from experiments import export_results as export
+from experiments import verify_cell as verify
 
 
 def test_compare_finds_nothing_on_a_rerun_and_names_each_change(tmp_path, write_run):
-    export, verify = _module("export_results"), _module("verify_cell")
     run = write_run(tmp_path / "runs", "bapo", 4, 0, steps=3, tokens_per_step=320)
     committed = tmp_path / "results" / "cell"
     export.export_run(run.path, committed, 0.5, "cell")

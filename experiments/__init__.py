@@ -1,0 +1,1 @@
+"""Sweep definitions, the sweep runner, result export and per-cell verification (scripts)."""
