@@ -10,6 +10,7 @@ are kept for the backward, instead of an fp32 copy plus a log-softmax output.
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -74,10 +75,14 @@ def sampled_logprobs(logits: Tensor, targets: Tensor, *, with_entropy: bool = Tr
     return logp, entropy.view(shape)
 
 
-def _keeps_logits(model: torch.nn.Module) -> bool:
-    """Whether the model's forward takes `logits_to_keep` (HF causal LMs since 4.50)."""
+@functools.cache
+def _keeps_logits(model_type: type) -> bool:
+    """Whether the model class's forward takes `logits_to_keep` (HF causal LMs since 4.50).
+
+    Cached per class: it is asked on every scoring pass, and the answer cannot change.
+    """
     try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
+        return "logits_to_keep" in inspect.signature(model_type.forward).parameters
     except (TypeError, ValueError):
         return False
 
@@ -96,7 +101,7 @@ def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: b
     attention = torch.cat([batch.prompt_mask, batch.response_mask], dim=1).to(device)
     position_ids = (attention.long().cumsum(dim=1) - 1).clamp(min=0)
     t_len = batch.response_ids.shape[1]
-    kwargs = {"logits_to_keep": t_len + 1} if _keeps_logits(model) else {}
+    kwargs = {"logits_to_keep": t_len + 1} if _keeps_logits(type(model)) else {}
     logits = model(input_ids=input_ids, attention_mask=attention.long(),
                    position_ids=position_ids, use_cache=False, **kwargs).logits
     # Position p_len - 1 + t predicts response token t. Score the t_len + 1 positions from
