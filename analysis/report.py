@@ -282,12 +282,10 @@ def results_markdown(results: pd.DataFrame) -> pd.DataFrame:
     return wide
 
 
-def _search_lines(runs: RunSet, out: Path) -> list[str]:
-    """The BAPO search-outcome section (analysis/search_outcomes.py), also as CSV."""
-    table = search_outcomes(runs)
+def _search_lines(table: pd.DataFrame) -> list[str]:
+    """The BAPO search-outcome section (analysis/search_outcomes.py); none when empty."""
     if table.empty:
         return []
-    table.to_csv(out / "bapo_search.csv", index=False)
     shown = table.copy()
     shown["staleness"] = shown["staleness"].map(style.staleness_label)
     for col in shown.columns[4:]:
@@ -336,6 +334,9 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     results.to_csv(out / "results.csv", index=False)
     claims.to_csv(out / "claims.csv", index=False)
+    search = search_outcomes(runs)
+    if not search.empty:
+        search.to_csv(out / "bapo_search.csv", index=False)
     counts = summary.pivot_table(
         index="method", columns="staleness", values="seed", aggfunc="count", fill_value=0
     )
@@ -371,7 +372,7 @@ def write_report(
         "",
         md_table(claims[["claim", "paper", "measured", "criterion", "verdict", "note"]]),
         "",
-        *_search_lines(runs, out),
+        *_search_lines(search),
         "## Figures",
         "",
         *_sampling_lines(runs),
