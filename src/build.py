@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from src.config import Config
+from src.config import Config, updates_per_rollout
 from src.tasks import get_task
 
 
@@ -64,7 +64,7 @@ def build_optimizer(cfg: Config, model):
     t = cfg.train
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=tuple(t.betas),
                                   weight_decay=t.weight_decay)
-    warmup = max(t.warmup_steps * t.staleness * t.epochs, 0)
+    warmup = max(t.warmup_steps * updates_per_rollout(t), 0)  # warmup_steps counts rollouts
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warmup) if warmup else 1.0)
     return optimizer, scheduler

@@ -18,6 +18,9 @@ from src.algorithms import AGGREGATIONS, METHODS
 from src.algorithms.bapo import CONTRIBUTIONS, ORDERS
 
 
+STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
+
+
 class ConfigError(ValueError):
     """A bad config value; the message names its key and how to fix it."""
 
@@ -101,6 +104,12 @@ class TrainConfig:
     prompts_per_step: int = 16
     group_size: int = 8
     staleness: int = 1
+    # How k = staleness updates are made from one rollout (see STALENESS_MODES):
+    # minibatch: one rollout of P*G responses split into k mini-batches of P*G/k;
+    # fixed_update: a rollout of k*P*G responses split into k mini-batches of P*G, so every
+    # update sees as many responses as a 1x update and only the data's age changes;
+    # epochs: k full-batch updates on one rollout of P*G (Algorithm 1's inner loop).
+    staleness_mode: str = "minibatch"
     epochs: int = 1
     # Responses per forward/backward pass; each update accumulates gradients over
     # micro-batches of this size, exactly as one pass over its mini-batch would.
@@ -184,6 +193,30 @@ def _check_method(m: MethodConfig) -> None:
              f"must be fast or reference, got {b.search!r}")
 
 
+def rollout_prompts(t: TrainConfig) -> int:
+    """Prompts sampled per rollout step: k * prompts_per_step in fixed_update mode."""
+    return t.prompts_per_step * (t.staleness if t.staleness_mode == "fixed_update" else 1)
+
+
+def minibatch_count(t: TrainConfig) -> int:
+    """Mini-batches one pass over a rollout is split into."""
+    return 1 if t.staleness_mode == "epochs" else t.staleness
+
+
+def minibatch_size(t: TrainConfig) -> int:
+    """Responses per optimizer update."""
+    return rollout_prompts(t) * t.group_size // minibatch_count(t)
+
+
+def passes_per_rollout(t: TrainConfig) -> int:
+    """Passes over a rollout's mini-batches: staleness in epochs mode, else train.epochs."""
+    return t.staleness if t.staleness_mode == "epochs" else t.epochs
+
+
+def updates_per_rollout(t: TrainConfig) -> int:
+    return minibatch_count(t) * passes_per_rollout(t)
+
+
 def _check_train(t: TrainConfig) -> None:
     _require(t.steps > 0, "train.steps", f"must be > 0, got {t.steps}")
     _require(t.prompts_per_step > 0, "train.prompts_per_step", f"must be > 0, got {t.prompts_per_step}")
@@ -191,16 +224,23 @@ def _check_train(t: TrainConfig) -> None:
              f"must be >= 2 (group baselines need two samples), got {t.group_size}")
     _require(t.staleness >= 1, "train.staleness", f"must be >= 1, got {t.staleness}")
     _require(t.epochs >= 1, "train.epochs", f"must be >= 1, got {t.epochs}")
+    _require(t.staleness_mode in STALENESS_MODES, "train.staleness_mode",
+             f"must be one of {list(STALENESS_MODES)}, got {t.staleness_mode!r}")
     batch = t.prompts_per_step * t.group_size
-    _require(batch % t.staleness == 0, "train.staleness",
-             f"={t.staleness} must divide the rollout batch prompts_per_step*group_size={batch}")
+    if t.staleness_mode == "minibatch":
+        _require(batch % t.staleness == 0, "train.staleness",
+                 f"={t.staleness} must divide the rollout batch prompts_per_step*group_size={batch}")
+    if t.staleness_mode == "epochs":
+        _require(t.epochs == 1, "train.epochs",
+                 f"must be 1 with train.staleness_mode=epochs (train.staleness={t.staleness} "
+                 f"already sets the number of full-batch updates), got {t.epochs}")
     if t.micro_batch_size is not None:
-        mini = batch // t.staleness
+        mini = minibatch_size(t)
         _require(t.micro_batch_size >= 1, "train.micro_batch_size",
                  f"must be >= 1 or null, got {t.micro_batch_size}")
         _require(mini % t.micro_batch_size == 0, "train.micro_batch_size",
-                 f"={t.micro_batch_size} must divide the mini-batch size "
-                 f"prompts_per_step*group_size/staleness={mini}")
+                 f"={t.micro_batch_size} must divide the mini-batch size {mini} "
+                 f"(staleness_mode={t.staleness_mode})")
     _require(t.lr > 0, "train.lr", f"must be > 0, got {t.lr}")
     _require(t.grad_clip > 0, "train.grad_clip", f"must be > 0, got {t.grad_clip}")
     _require(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas",

@@ -152,7 +152,8 @@ def execute(cfg: Config, run_dir: Path) -> str:
     meta = {"git_commit": _git_commit(), "versions": _versions(), "device": str(device),
             "cpu": platform.processor() or platform.machine(), "threads": cfg.train.threads,
             "start_time": started, "method": cfg.method.name, "experiment": cfg.experiment.name,
-            "staleness": cfg.train.staleness, "seed": cfg.seed, "warm_start": info.get("path"),
+            "staleness": cfg.train.staleness,
+            "staleness_mode": cfg.train.staleness_mode, "seed": cfg.seed, "warm_start": info.get("path"),
             "resumed_at_step": state.step if payload is not None else None}
     writer = RunWriter(run_dir, config_dict, meta, wandb_run=wandb_run,
                        resume_at_step=state.step if payload is not None else -1)

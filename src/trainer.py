@@ -1,7 +1,10 @@
 """The training loop: rollout -> reward -> advantages -> behaviour pass -> k updates.
 
-One step of staleness k: the B = prompts x G responses are shuffled and split into k
-mini-batches; update j uses data j optimizer steps stale. The behaviour log-probs are
+One step of staleness k makes k optimizer updates from one rollout; update j uses data j
+optimizer steps stale. `train.staleness_mode` says how the rollout is split: `minibatch`
+shuffles the B = prompts x G responses into k mini-batches of B/k; `fixed_update` samples
+k x prompts per rollout, so each of the k mini-batches holds B responses like a 1x update;
+`epochs` makes k full-batch updates on one rollout of B. The behaviour log-probs are
 recomputed by the trainer's own model on exactly the mini-batch tensors the updates use,
 so update 0 is on-policy bit for bit (ratio == 1) and sampler drift is only a metric.
 
@@ -33,7 +36,7 @@ from src.algorithms import CLIP_STATES, PolicyLossOutput, group_advantages, poli
 from src.algorithms._checks import NonFiniteError
 from src.algorithms.surrogate import loss_denominator
 from src.checkpoint import TrainState, save_checkpoint
-from src.config import Config
+from src.config import Config, minibatch_count, passes_per_rollout, rollout_prompts
 from src.policy import response_logprobs
 from src.rollout import Rollout, RolloutBackend
 from src.telemetry import RunWriter
@@ -112,7 +115,7 @@ class Trainer:
 
     def _minibatches(self, roll: Rollout, advantages: Tensor, rewards: Tensor,
                      step: int) -> list[MiniBatch]:
-        k = self.cfg.train.staleness
+        k = minibatch_count(self.cfg.train)
         gen = torch.Generator().manual_seed(self._step_seed(step))
         perm = torch.randperm(roll.size, generator=gen).view(k, -1)
         batches = []
@@ -289,7 +292,8 @@ class Trainer:
     def train_step(self, state: TrainState) -> dict:
         cfg, step = self.cfg, state.step
         t_step = time.perf_counter()
-        problems = [self.task.problem(state.task_position + i) for i in range(cfg.train.prompts_per_step)]
+        n_prompts = rollout_prompts(cfg.train)
+        problems = [self.task.problem(state.task_position + i) for i in range(n_prompts)]
         self.backend.sync_weights(self.model)
         t0 = time.perf_counter()
         roll = self.backend.generate([self.format_prompt(p.prompt) for p in problems],
@@ -308,7 +312,7 @@ class Trainer:
 
         updates, token_parts, time_update, time_telemetry, applied = [], [], 0.0, 0.0, 0
         self.model.train()
-        for epoch in range(cfg.train.epochs):
+        for epoch in range(passes_per_rollout(cfg.train)):
             for j, mb in enumerate(batches):
                 t0 = time.perf_counter()
                 record, out, logp, entropy = self._update(mb, on_policy=applied == 0)
@@ -335,7 +339,7 @@ class Trainer:
             self.writer.write_tokens(step, {k: np.concatenate([p[k] for p in token_parts])
                                             for k in token_parts[0]})
         time_telemetry += time.perf_counter() - t0
-        state.task_position += cfg.train.prompts_per_step
+        state.task_position += n_prompts
         record = self._step_record(step, roll, rewards, adv, batches, updates)
         record.update(time_rollout_s=time_rollout, time_behavior_s=time_behavior,
                       time_update_s=time_update, time_telemetry_s=time_telemetry,
