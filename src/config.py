@@ -78,6 +78,8 @@ class TaskConfig:
     name: str = "arithmetic"
     params: dict[str, Any] = field(default_factory=dict)
     eval_problems: int = 64
+    reward: str = "verifier"  # verifier | random (Bernoulli(reward_p), a control; see src/tasks/rewards.py)
+    reward_p: float = 0.5
 
 
 @dataclass
@@ -272,6 +274,11 @@ def _check_rest(c: Config) -> None:
              f"must be float32, bfloat16 or float16, got {c.model.dtype!r}")
     from src.tasks import TASKS  # late: the task registry imports task modules
     _require(c.task.name in TASKS, "task.name", f"must be one of {sorted(TASKS)}, got {c.task.name!r}")
+    from src.tasks.rewards import REWARD_SOURCES
+    _require(c.task.reward in REWARD_SOURCES, "task.reward",
+             f"must be one of {list(REWARD_SOURCES)}, got {c.task.reward!r}")
+    _require(0.0 < c.task.reward_p < 1.0, "task.reward_p",
+             f"must be in (0, 1) (the chance of reward 1 under task.reward=random), got {c.task.reward_p}")
     _require(c.task.eval_problems >= 1, "task.eval_problems", f"must be >= 1, got {c.task.eval_problems}")
     _require(c.rollout.backend in ("hf", "vllm"), "rollout.backend", f"must be hf or vllm, got {c.rollout.backend!r}")
     _require(c.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", f"must be >= 1, got {c.rollout.max_new_tokens}")

@@ -39,6 +39,7 @@ from src.checkpoint import TrainState, save_checkpoint
 from src.config import Config, minibatch_count, passes_per_rollout, rollout_prompts
 from src.policy import response_logprobs
 from src.rollout import Rollout, RolloutBackend
+from src.tasks.rewards import assign_rewards
 from src.telemetry import RunWriter
 
 STEP_MEAN_KEYS = ("clip_frac", "clip_low_frac", "clip_high_frac", "clip_frac_pos", "clip_frac_neg",
@@ -302,8 +303,9 @@ class Trainer:
                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                      seed=self._step_seed(step))
         time_rollout = time.perf_counter() - t0
-        rewards = torch.tensor([self.task.score(problems[g], text)
-                                for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
+        scores = torch.tensor([self.task.score(problems[g], text)
+                               for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
+        rewards = assign_rewards(cfg.task.reward, scores, seed=cfg.seed, step=step, p=cfg.task.reward_p)
         adv = group_advantages(rewards, cfg.train.group_size, scale_by_std=cfg.train.advantage_std_norm)
         t0 = time.perf_counter()
         batches = self._minibatches(roll, adv.advantages, rewards, step)
@@ -340,7 +342,7 @@ class Trainer:
                                             for k in token_parts[0]})
         time_telemetry += time.perf_counter() - t0
         state.task_position += n_prompts
-        record = self._step_record(step, roll, rewards, adv, batches, updates)
+        record = self._step_record(step, roll, rewards, scores, adv, batches, updates)
         record.update(time_rollout_s=time_rollout, time_behavior_s=time_behavior,
                       time_update_s=time_update, time_telemetry_s=time_telemetry,
                       time_step_s=time.perf_counter() - t_step)
@@ -366,7 +368,7 @@ class Trainer:
                 f"{record['step']} update {record['update']}: {record['skip_reason']}); "
                 f"stopping. The last good checkpoint is kept in {self.checkpoint_dir}")
 
-    def _step_record(self, step, roll, rewards, adv, batches, updates) -> dict:
+    def _step_record(self, step, roll, rewards, scores, adv, batches, updates) -> dict:
         lengths = roll.lengths().float()
         a = adv.advantages
         ent = torch.cat([mb.entropy_behavior.cpu()[mb.data.response_mask] for mb in batches])
@@ -374,7 +376,7 @@ class Trainer:
                          for mb in batches])
         record = {
             "step": step, "reward_mean": float(rewards.mean()),
-            "accuracy": float((rewards >= 1.0).float().mean()),
+            "accuracy": float((scores >= 1.0).float().mean()),  # the verifier's, whatever the reward
             "degenerate_groups": adv.degenerate_groups, "num_groups": adv.num_groups,
             "response_length_mean": float(lengths.mean()),
             "response_length_pos": float(lengths[a > 0].mean()) if bool((a > 0).any()) else None,

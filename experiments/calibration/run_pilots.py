@@ -1,0 +1,81 @@
+"""Run the testbed-calibration pilots of pilots.yaml, one after another, and export them.
+
+    python experiments/calibration/run_pilots.py D1 D2        # these pilots (all their seeds)
+    python experiments/calibration/run_pilots.py --all         # every pilot not yet exported
+    python experiments/calibration/run_pilots.py --list
+
+Each pilot is a list of overrides on top of `common` (pilots.yaml) and runs once per seed in
+runs/calibration/<pilot>/seed<N>/. A finished run is exported to
+experiments/calibration/runs/<pilot>/seed<N>/ (config, meta, status, metrics; no token rows,
+no checkpoints), which is what summarize.py reads and what is committed, so a session that
+ends loses no finished pilot. Exported pilots are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+KEPT = ("config.yaml", "meta.json", "status.json", "metrics.jsonl")
+
+
+def load_pilots() -> tuple[list[str], dict[str, dict]]:
+    spec = yaml.safe_load((HERE / "pilots.yaml").read_text())
+    return list(spec["common"]), dict(spec["pilots"])
+
+
+def cells(pilots: dict[str, dict], names: list[str]) -> list[tuple[str, int]]:
+    unknown = [n for n in names if n not in pilots]
+    if unknown:
+        raise SystemExit(f"unknown pilot(s) {unknown}; see --list")
+    return [(n, s) for n in names for s in pilots[n].get("seeds", [0])]
+
+
+def exported(name: str, seed: int) -> Path:
+    return HERE / "runs" / name / f"seed{seed}"
+
+
+def run_cell(common: list[str], pilot: dict, name: str, seed: int) -> int:
+    run_dir = REPO / "runs" / "calibration" / name / f"seed{seed}"
+    cmd = [sys.executable, "-m", "src.run", *common, *pilot["overrides"], f"seed={seed}",
+           "logger.progress=false", f"hydra.run.dir={run_dir}"]
+    print("$", " ".join(cmd[1:]), flush=True)
+    rc = subprocess.run(cmd, cwd=REPO).returncode
+    if rc == 0 and (run_dir / "status.json").read_text().find('"finished"') >= 0:
+        out = exported(name, seed)
+        out.mkdir(parents=True, exist_ok=True)
+        for f in KEPT:
+            shutil.copy2(run_dir / f, out / f)
+    return rc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("pilots", nargs="*")
+    parser.add_argument("--all", action="store_true")
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args()
+    common, pilots = load_pilots()
+    if args.list:
+        for name, p in pilots.items():
+            done = sum(exported(name, s).exists() for s in p.get("seeds", [0]))
+            print(f"{name:28s} {done}/{len(p.get('seeds', [0]))} done  {p['question']}")
+        return
+    todo = [c for c in cells(pilots, list(pilots) if args.all else args.pilots)
+            if not exported(*c).exists()]
+    for name, seed in todo:
+        rc = run_cell(common, pilots[name], name, seed)
+        if rc != 0:
+            print(f"pilot {name} seed {seed} exited {rc}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
