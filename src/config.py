@@ -17,7 +17,6 @@ from omegaconf.errors import OmegaConfBaseException
 from src.algorithms import AGGREGATIONS, METHODS
 from src.algorithms.bapo import CONTRIBUTIONS, ORDERS
 
-
 STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
 
 
