@@ -4,10 +4,10 @@
 
 `benchmarks/gpu_check.sh` is the entry point (offline install, CUDA-marked tests, then
 this). Nothing is downloaded: the model is the tiny family scaled up (`--size gpu`: 8
-layers x 896, about 77M parameters), its tokenizer is trained and its warm start (SFT on
+layers x 896, about 78M parameters), its tokenizer is trained and its warm start (SFT on
 worked solutions) runs here, on the run's device, under bf16 autocast with fp32 weights.
-The task is the harder chain-sum mix (2-8 terms of up to two digits), so responses run to
-about 90 tokens. Rollouts use HF generate on the trainer's own model (KV cache on the same
+The task is the harder chain-sum mix (2-8 terms of up to two digits), so reference
+answers run to 88 tokens (mean 47). Rollouts use HF generate on the trainer's own model (KV cache on the same
 device); vLLM only with `--rollout vllm`, or `auto` when it imports.
 
 Each method runs as the trainer runs it (same Trainer, RunWriter, evaluator); the
@@ -50,8 +50,8 @@ COMMON = [
     "logger.progress=false", "logger.token_fraction=0.125", "eval.sampled=false",
 ]
 SIZES: dict[str, dict] = {
-    # ~77M parameters, 64 prompts x 8 samples of 2-8 terms of up to two digits (reference
-    # answers 11-90 tokens). Warm start: 1500 SFT steps of 64 problems.
+    # ~78M parameters, 64 prompts x 8 samples of 2-8 terms of up to two digits (reference
+    # answers up to 88 tokens, mean 47). Warm start: 1500 SFT steps of 64 problems.
     "gpu": {"steps": 20, "budget_s": 420, "overrides": [
         "model.autocast=bfloat16", "task.params.max_terms=8",
         "model.architecture.hidden_size=896", "model.architecture.num_layers=8",

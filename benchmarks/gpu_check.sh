@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check on a bare CUDA machine, with nothing to download: ppo and bapo at staleness 4
-# (64 prompts x 8 samples, 20 steps each) on a ~77M-parameter model of the tiny family,
+# (64 prompts x 8 samples, 20 steps each) on a ~78M-parameter model of the tiny family,
 # built and warm-started here on the GPU (bf16 autocast, fp32 weights), with HF-generate
 # rollouts on the GPU. Writes $OUT_DIR/gpu_check.json (per step: rollout / behaviour /
 # update seconds, tokens/s, peak GPU memory, FLOPs and MFU; per run: a metric summary)
@@ -30,8 +30,8 @@
 # INSTALL (auto | no), CUDA_TESTS (auto: pytest -m cuda on CUDA | no), ROLLOUT (hf | vllm |
 # auto: vllm when it imports), PEAK_TFLOPS (the GPU's dense bf16 peak when its name is not
 # known), ARGS (more arguments for benchmarks/gpu_check.py, e.g. "--steps 10 train.lr=2e-5").
-# Expected on one H100/H200 (an ESTIMATE, not measured; src/rollout/GPU.md): warm start
-# about 1 minute, each run 1-2.5 minutes, about 5-7 minutes in all.
+# Expected on one H100/H200 (an ESTIMATE, not measured; benchmarks/gpu_estimate.py and
+# src/rollout/GPU.md): warm start 20-60 s, each run 20-60 s, 2-4 minutes in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}

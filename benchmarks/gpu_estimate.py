@@ -3,7 +3,7 @@ measurement).
 
     python benchmarks/gpu_estimate.py [--size gpu] [--us-per-op 10] [--mfu 0.4]
 
-At these sizes (a ~77M model, 512 responses of ~50 tokens) eager PyTorch on a GPU is
+At these sizes (a ~78M model, 512 responses of ~50 tokens) eager PyTorch on a GPU is
 bound by launching kernels, not by FLOPs, so each phase is estimated two ways and the
 larger one is taken:
 - FLOPs / (peak * an assumed MFU): the model FLOPs of benchmarks/gpu_sizing.py, with the
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
           f"step (foreach), {m['ops_sft_step']} per SFT forward+backward; MFU {args.mfu:.0%} "
           f"of {H100_PEAK_TFLOPS} TFLOP/s where FLOP-bound")
     print("\n| us per op | rollout s | behaviour s | updates s | step s | warm start s "
-          f"| total s (2 x {preset['steps']} steps) |")
+          f"| warm start + 2 x {preset['steps']} steps + evals, s |")
     print("|---|---|---|---|---|---|---|")
     for us in args.us_per_op:
         e = estimate(cfg, m, us, args.mfu, preset["steps"])
