@@ -336,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     for m in methods:
         cfg = cfgs[m]
         run_dir = out / "runs" / m
-        share = None if budget is None else max(budget - (time.perf_counter() - t_start - warm["seconds"]), 0) / (len(methods) - len(runs))
+        share = None  # this run's part of what is left of the RL budget
+        if budget is not None:
+            spent = time.perf_counter() - t_start - warm["seconds"]
+            share = max(budget - spent, 0.0) / (len(methods) - len(runs))
         raw = run_method(cfg, task, device, run_dir, share, info.get("path"))
         records, evals = read_run(run_dir)
         prompts = prompt_tokens_per_step(cfg, task, raw["tokenizer"], raw["start_index"],

@@ -132,3 +132,17 @@ def test_summary_skips_missing_and_non_finite_values():
     assert (s["reward_first"], s["reward_last"], s["reward_mean"]) == (0.5, 0.25, 0.375)
     assert s["c_low_mean"] == 0.7 and s["sampler_logp_gap_max"] == 1e-3
     assert s["eval_greedy_accuracy"] == {0: 0.4} and s["tokens_per_s_mean"] is None
+
+
+def test_a_run_that_would_overrun_its_budget_stops_between_steps(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out-dir", str(tmp_path),
+         "--device", "cpu", "--size", "smoke", "--methods", "ppo", "--steps", "3",
+         "--budget-s", "0"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = json.loads((tmp_path / "gpu_check.json").read_text())["runs"]["ppo"]
+    assert run["stopped_early"].startswith("stopped before step 1")
+    assert [s["step"] for s in run["steps"]] == [0]  # the first step always runs
+    assert [e["step"] for e in run["evals"]] == [0, 1]
+    status = json.loads((tmp_path / "runs" / "ppo" / "status.json").read_text())
+    assert status["status"] == "stopped"

@@ -7,14 +7,15 @@ held-out accuracy lands where RL groups of 8 samples mix right and wrong answers
 
 The SFT runs on the run's device (`device`), optionally under bf16 autocast (`autocast`,
 see `src/models/precision.py`); a GPU check warm-starts a 25-100M model that way in about
-a minute instead of hours on CPU.
+a minute (an estimate: benchmarks/gpu_estimate.py) instead of hours on CPU.
 
 The result is cached under `cache_dir/<key>/` where `key` hashes (task config, model config,
 SFT config, seed, WARM_START_VERSION, and the device type and autocast dtype when they are
-not the CPU / fp32 default, since those change the weights) after defaults are filled in. The directory holds the
-model and tokenizer (`save_pretrained`, so `load_hf_model(path)` also opens it) and
-`info.json`. It is written to a temporary directory and renamed into place, so a crash never
-leaves a half-written cache entry and concurrent writers cannot corrupt one.
+not the CPU / fp32 default, since those change the weights) after defaults are filled in.
+The directory holds the model and tokenizer (`save_pretrained`, so `load_hf_model(path)`
+also opens it) and `info.json`. It is written to a temporary directory and renamed into
+place, so a crash never leaves a half-written cache entry and concurrent writers cannot
+corrupt one.
 """
 
 from __future__ import annotations
