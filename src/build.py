@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from src.config import Config, updates_per_rollout
+from src.models.precision import autocast_forward
 from src.tasks import get_task
 
 
@@ -23,13 +24,15 @@ def build_task(cfg: Config):
 
 
 def build_model(cfg: Config, task, device: torch.device, progress: bool):
-    """(model, tokenizer, info). Tiny models come from the warm-start cache (built once)."""
+    """(model, tokenizer, info) on `device`. Tiny models come from the warm-start cache (built
+    once, on `device`). With `model.autocast` every forward runs under that autocast."""
     if cfg.model.kind == "tiny":
         from src.models.warm_start import warm_start
 
         model, tokenizer, info = warm_start(task, dict(cfg.model.architecture), dict(cfg.model.sft),
                                             Path(cfg.cache_dir) / "warm_start",
-                                            seed=cfg.model.warm_start_seed, progress=progress)
+                                            seed=cfg.model.warm_start_seed, progress=progress,
+                                            device=device, autocast=cfg.model.autocast)
     else:
         from src.models.hf import load_hf_model
 
@@ -38,6 +41,7 @@ def build_model(cfg: Config, task, device: torch.device, progress: bool):
                                          trust_remote_code=cfg.model.trust_remote_code)
         info = {"path": cfg.model.path, "next_train_index": 0}
     model.to(device)
+    autocast_forward(model, cfg.model.autocast)
     model.train()
     return model, tokenizer, info
 

@@ -64,6 +64,7 @@ class ModelConfig:
     kind: str = "tiny"  # tiny (built and warm-started here) | hf (any HF causal LM)
     path: str | None = None  # hf: hub name or local path
     dtype: str = "float32"
+    autocast: str | None = None  # bfloat16: bf16 matmuls, weights stay in `dtype` (precision.py)
     gradient_checkpointing: bool = False
     trust_remote_code: bool = False
     chat_template: bool = True  # hf: apply the tokenizer's chat template when it has one
@@ -271,6 +272,8 @@ def _check_rest(c: Config) -> None:
             raise ConfigError(f"{key}: {message}") from None
     _require(c.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype",
              f"must be float32, bfloat16 or float16, got {c.model.dtype!r}")
+    _require(c.model.autocast in (None, "bfloat16"), "model.autocast",
+             f"must be null or bfloat16, got {c.model.autocast!r}")
     from src.tasks import TASKS  # late: the task registry imports task modules
     _require(c.task.name in TASKS, "task.name", f"must be one of {sorted(TASKS)}, got {c.task.name!r}")
     from src.tasks.rewards import REWARD_SOURCES

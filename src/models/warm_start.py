@@ -5,11 +5,17 @@ was fine-tuned on `prompt + worked solution + <eos>` (loss on the solution and E
 The defaults are tuned so that on a 2-core CPU the SFT takes about two minutes and the
 held-out accuracy lands where RL groups of 8 samples mix right and wrong answers.
 
+The SFT runs on the run's device (`device`), optionally under bf16 autocast (`autocast`,
+see `src/models/precision.py`); a GPU check warm-starts a 25-100M model that way in about
+a minute (an estimate: benchmarks/gpu_estimate.py) instead of hours on CPU.
+
 The result is cached under `cache_dir/<key>/` where `key` hashes (task config, model config,
-SFT config, seed, WARM_START_VERSION) after defaults are filled in. The directory holds the
-model and tokenizer (`save_pretrained`, so `load_hf_model(path)` also opens it) and
-`info.json`. It is written to a temporary directory and renamed into place, so a crash never
-leaves a half-written cache entry and concurrent writers cannot corrupt one.
+SFT config, seed, WARM_START_VERSION, and the device type and autocast dtype when they are
+not the CPU / fp32 default, since those change the weights) after defaults are filled in.
+The directory holds the model and tokenizer (`save_pretrained`, so `load_hf_model(path)`
+also opens it) and `info.json`. It is written to a temporary directory and renamed into
+place, so a crash never leaves a half-written cache entry and concurrent writers cannot
+corrupt one.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import transformers
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 
+from src.models.precision import autocast as autocast_context
 from src.models.sampling import generate
 from src.models.tiny import build_tiny_model, num_parameters
 from src.models.tokenizer import train_tokenizer
@@ -94,7 +101,19 @@ def resolve_configs(
     return m, s
 
 
-def cache_key(task: Task, model_cfg: dict[str, Any], sft_cfg: dict[str, Any], seed: int) -> str:
+def _runtime(device: torch.device | str, autocast_name: str | None) -> dict[str, str]:
+    """What besides the configs changes the SFT's numbers; empty for the CPU fp32 default,
+    so the default's cache keys are those of earlier versions."""
+    runtime = {}
+    if torch.device(device).type != "cpu":
+        runtime["device"] = torch.device(device).type
+    if autocast_name is not None:
+        runtime["autocast"] = autocast_name
+    return runtime
+
+
+def cache_key(task: Task, model_cfg: dict[str, Any], sft_cfg: dict[str, Any], seed: int,
+              *, device: torch.device | str = "cpu", autocast: str | None = None) -> str:
     m, s = resolve_configs(model_cfg, sft_cfg)
     payload = {
         "version": WARM_START_VERSION,
@@ -103,6 +122,9 @@ def cache_key(task: Task, model_cfg: dict[str, Any], sft_cfg: dict[str, Any], se
         "sft": s,
         "seed": int(seed),
     }
+    runtime = _runtime(device, autocast)
+    if runtime:
+        payload["runtime"] = runtime
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -115,15 +137,18 @@ def warm_start(
     *,
     seed: int,
     progress: bool = True,
+    device: torch.device | str = "cpu",
+    autocast: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, dict[str, Any]]:
     """Return (model, tokenizer, info), from the cache when present, else trained and cached.
 
-    `info["cache_hit"]` says which; `info["path"]` is the cache entry. The model is fp32 on
-    CPU in eval mode. SFT uses training problems `0 .. steps*batch_size - 1`
-    (`info["next_train_index"]` is the first unused one).
+    `info["cache_hit"]` says which; `info["path"]` is the cache entry. The model is fp32 in
+    eval mode, on `device` when it was trained here and on CPU when it came from the cache.
+    SFT (on `device`, under `autocast` when given) uses training problems
+    `0 .. steps*batch_size - 1` (`info["next_train_index"]` is the first unused one).
     """
     m_cfg, s_cfg = resolve_configs(model_cfg, sft_cfg)
-    key = cache_key(task, m_cfg, s_cfg, seed)
+    key = cache_key(task, m_cfg, s_cfg, seed, device=device, autocast=autocast)
     cache_dir = Path(cache_dir)
     final = cache_dir / key
     if (final / "info.json").is_file():
@@ -140,21 +165,24 @@ def warm_start(
         max_position_embeddings=m_cfg["max_position_embeddings"],
         tie_word_embeddings=m_cfg["tie_word_embeddings"],
         seed=seed,
-    )
+    ).to(device)
     t0, c0 = time.perf_counter(), time.process_time()
-    losses = sft(model, tokenizer, task, s_cfg, seed=seed, progress=progress)
+    with autocast_context(device, autocast):
+        losses = sft(model, tokenizer, task, s_cfg, seed=seed, progress=progress)
+    _synchronize(device)
     sft_seconds, sft_cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     t0 = time.perf_counter()
-    metrics = evaluate(
-        model,
-        tokenizer,
-        task,
-        task.eval_problems(int(s_cfg["eval_problems"])),
-        num_samples=int(s_cfg["eval_samples"]),
-        temperature=float(s_cfg["eval_temperature"]),
-        max_new_tokens=int(s_cfg["max_new_tokens"]),
-        seed=seed,
-    )
+    with autocast_context(device, autocast):
+        metrics = evaluate(
+            model,
+            tokenizer,
+            task,
+            task.eval_problems(int(s_cfg["eval_problems"])),
+            num_samples=int(s_cfg["eval_samples"]),
+            temperature=float(s_cfg["eval_temperature"]),
+            max_new_tokens=int(s_cfg["max_new_tokens"]),
+            seed=seed,
+        )
     tail = losses[-max(1, len(losses) // 10) :]
     info: dict[str, Any] = {
         "key": key,
@@ -163,6 +191,7 @@ def warm_start(
         "model": m_cfg,
         "sft": s_cfg,
         "seed": int(seed),
+        "runtime": _runtime(device, autocast),
         "num_parameters": num_parameters(model),
         "vocab_size": len(tokenizer),
         "sft_loss_first": losses[0],
@@ -185,6 +214,12 @@ def warm_start(
     _save_atomically(final, model, tokenizer, info)
     model.eval()
     return model, tokenizer, {**info, "cache_hit": False, "path": str(final)}
+
+
+def _synchronize(device: torch.device | str) -> None:
+    """Wait for queued CUDA work, so that the timings above measure it."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 # --- SFT --------------------------------------------------------------------------------
@@ -299,7 +334,8 @@ def sft(
                 f"an SFT sequence has {longest} tokens but model.max_position_embeddings "
                 f"is {max_pos}; raise it or shorten the task"
             )
-        loss = model(**batch, use_cache=False).loss
+        device = next(model.parameters()).device
+        loss = model(**{k: v.to(device) for k, v in batch.items()}, use_cache=False).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
