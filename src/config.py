@@ -127,7 +127,10 @@ class EvalConfig:
 @dataclass
 class CheckpointConfig:
     every: int = 10
-    keep: int = 2
+    keep: int = 2  # newest checkpoints kept while the run goes on
+    # A finished run needs no checkpoint to be skipped, analysed or verified; true keeps
+    # its last one (to continue training from it), false deletes them all.
+    keep_final: bool = True
 
 
 @dataclass
@@ -232,6 +235,7 @@ def _check_rest(c: Config) -> None:
              f"must be float32, bfloat16 or float16, got {c.model.dtype!r}")
     from src.tasks import TASKS  # late: the task registry imports task modules
     _require(c.task.name in TASKS, "task.name", f"must be one of {sorted(TASKS)}, got {c.task.name!r}")
+    _check_task_params(c)
     _require(c.task.eval_problems >= 1, "task.eval_problems", f"must be >= 1, got {c.task.eval_problems}")
     _require(c.rollout.backend in ("hf", "vllm"), "rollout.backend", f"must be hf or vllm, got {c.rollout.backend!r}")
     _require(c.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", f"must be >= 1, got {c.rollout.max_new_tokens}")
@@ -248,10 +252,26 @@ def _check_rest(c: Config) -> None:
              f"must be cpu, cuda[:N] or auto, got {c.device!r}")
 
 
+def _check_task_params(c: Config) -> None:
+    """Task parameters, checked without reading any data (tasks/*.check_params)."""
+    from src.tasks import TASKS  # late: the task registry imports task modules
+
+    task = TASKS.get(c.task.name)
+    check = getattr(task, "check_params", None)
+    if check is None:
+        return
+    try:
+        check(**dict(c.task.params))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+
+
 def validate(cfg: DictConfig | dict) -> Config:
     """Typed, checked config. Raises ConfigError naming the first bad key."""
     raw = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
     raw = OmegaConf.masked_copy(raw, [k for k in raw if k != "hydra"]) if "hydra" in raw else raw
+    if isinstance(raw.get("resume"), bool):  # Hydra reads `resume=true` as a bool
+        raw = OmegaConf.merge(raw, {"resume": "true" if raw.resume else "false"})
     try:
         typed = OmegaConf.merge(OmegaConf.structured(Config), raw)
         config: Config = OmegaConf.to_object(typed)
