@@ -26,9 +26,13 @@ def _curves_of(
     metrics: list[str],
     opts: Options,
     staleness: set[int] | None = None,
+    variants: bool = True,
 ):
-    """Curves of the runs whose config method.name is in `methods` (variants included)."""
-    ids = {r.run_id for r in runs.runs if r.method_name in methods}
+    """Curves of the runs whose config method.name is in `methods`. `variants`: with every
+    parameter variant of them (each its own colour); False: the plain label only, for
+    figures coloured by staleness, where two variants would share a colour."""
+    ids = {r.run_id for r in runs.runs
+           if (r.method_name if variants else r.method) in methods}
     steps = runs.steps
     mask = steps["run_id"].isin(ids)
     if staleness is not None:
@@ -36,13 +40,14 @@ def _curves_of(
     return step_curves(steps[mask], metrics, opts.smooth)
 
 
-def _levels(runs: RunSet, method: str) -> list[int]:
-    return sorted({r.staleness for r in runs.runs if r.method_name == method})
+def _levels(runs: RunSet, method: str, variants: bool = True) -> list[int]:
+    return sorted({r.staleness for r in runs.runs
+                   if (r.method_name if variants else r.method) == method})
 
 
 def fig02_staleness(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 2: how staleness changes ppo training, one colour per staleness."""
-    levels = _levels(runs, BASE)
+    levels = _levels(runs, BASE, variants=False)
     require(bool(levels), f"no '{BASE}' runs")
     panels = [
         ("reward_mean", "reward"),
@@ -50,7 +55,7 @@ def fig02_staleness(runs: RunSet, opts: Options) -> FigureResult:
         ("clip_frac", "clip fraction"),
         ("grad_norm", "grad norm"),
     ]
-    curves = _curves_of(runs, {BASE}, [p[0] for p in panels], opts)
+    curves = _curves_of(runs, {BASE}, [p[0] for p in panels], opts, variants=False)
     fig = line_panels(
         curves,
         panels,
@@ -64,8 +69,8 @@ def fig02_staleness(runs: RunSet, opts: Options) -> FigureResult:
 
 def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 4: loss contribution (gradient reading) and token share, by advantage sign."""
-    require(any(r.method_name == BASE for r in runs.runs), f"no '{BASE}' runs")
-    ids = {r.run_id for r in runs.runs if r.method_name == BASE}
+    require(any(r.method == BASE for r in runs.runs), f"no '{BASE}' runs")
+    ids = {r.run_id for r in runs.runs if r.method == BASE}
     steps = runs.steps[runs.steps["run_id"].isin(ids)].copy()
     require("contrib_grad_pos_share" in steps, "no contrib_grad_pos_share in step records")
     # The negative share is the complement: only tokens with A != 0 carry contribution.
@@ -92,12 +97,12 @@ def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
 
 def fig06_length(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 6: mean response length of positive vs negative responses."""
-    require(any(r.method_name == BASE for r in runs.runs), f"no '{BASE}' runs")
+    require(any(r.method == BASE for r in runs.runs), f"no '{BASE}' runs")
     panels = [
         ("response_length_pos", "response length, A>0"),
         ("response_length_neg", "response length, A<0"),
     ]
-    curves = _curves_of(runs, {BASE}, [p[0] for p in panels], opts)
+    curves = _curves_of(runs, {BASE}, [p[0] for p in panels], opts, variants=False)
     require(not curves.empty, "no response_length_pos/neg values in step records")
     fig = line_panels(curves, panels, runs, hue="staleness", sharey=True,
                       title=f"{BASE}: response length by advantage sign (one y scale)")

@@ -65,13 +65,18 @@ def compare_metrics(committed: Path, rerun: Path, limit: int = 5) -> list[str]:
     return problems
 
 
-def compare_tokens(committed: Path, rerun: Path) -> list[str]:
-    sample = pq.read_table(committed / "tokens" / "sampled.parquet")
+def _token_rows(run_dir: Path) -> pa.Table | None:
     # A run dir holds tokens/step_*.parquet; an exported one tokens/sampled.parquet.
-    parts = sorted((rerun / "tokens").glob("*.parquet"))
-    if not parts:
+    parts = sorted((run_dir / "tokens").glob("*.parquet"))
+    return pa.concat_tables([pq.read_table(p) for p in parts]) if parts else None
+
+
+def compare_tokens(committed: Path, rerun: Path) -> list[str]:
+    sample, full = _token_rows(committed), _token_rows(rerun)
+    if sample is None:
+        return ["the committed cell has no token rows"]
+    if full is None:
         return ["this run has no token parts"]
-    full = pa.concat_tables([pq.read_table(p) for p in parts])
     joined = sample.join(full, keys=TOKEN_KEY, right_suffix="_run", join_type="left outer")
     problems = []
     for name in sample.column_names:

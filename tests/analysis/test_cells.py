@@ -63,6 +63,18 @@ def test_a_parameter_sweep_is_one_suite_with_labelled_variants(tmp_path, write_r
     }
 
 
+def test_fig09_draws_each_variant_of_a_sweep_with_its_own_rho0(tmp_path, write_run, opts):
+    from analysis import fig_training
+
+    root = tmp_path / "runs"
+    for rho0 in (0.3, 0.5):
+        write_run(root, "bapo", 4, 0, extra_config={"method.bapo.rho0": rho0}, tag=str(rho0))
+    write_run(root, "ppo", 4, 0)
+    res = fig_training.fig09_bapo_vs_ppo(load_runs([root]), opts)
+    assert set(res.data["method"]) == {"bapo (bapo.rho0=0.3)", "bapo (bapo.rho0=0.5)", "ppo"}
+    assert res.extra["rho0"] == [0.3, 0.5]
+
+
 def test_the_same_run_through_two_roots_counts_once_but_another_config_does_not(
     tmp_path, write_run
 ):

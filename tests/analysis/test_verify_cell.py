@@ -32,6 +32,7 @@ def test_compare_finds_nothing_on_a_rerun_and_names_each_change(tmp_path, write_
     (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     assert verify.compare_metrics(committed, rerun) == []
     assert verify.compare_tokens(committed, rerun) == []
+    assert verify.compare_tokens(run.path, rerun) == []  # a plain run dir as the reference
 
     lines[3]["grad_norm"] = 0.5 if lines[3].get("grad_norm") != 0.5 else 0.25
     (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[:-1]))
