@@ -21,6 +21,21 @@ def final_evals(runs: RunSet) -> pd.DataFrame:
     return last[[*RUN_COLS, "step", *cols]].reset_index(drop=True)
 
 
+def _values(values) -> str:
+    found = sorted({int(v) for v in values if v is not None and v == v})
+    return "/".join(map(str, found)) if found else "?"
+
+
+def eval_caption(runs: RunSet, final: pd.DataFrame) -> str:
+    """What the bars are: eval size, samples per problem, seeds per cell, interval type."""
+    n_problems = _values(runs.evals["n_problems"]) if "n_problems" in runs.evals else "?"
+    samples = _values(r.cfg("eval.samples") for r in runs.runs)
+    seeds = _values(final.groupby(["method", "staleness"]).size())
+    return (f"Last eval of each run on {n_problems} held-out problems (greedy: 1 response, "
+            f"sampled: {samples} per problem).\nBars: mean over {seeds} seeds; whiskers: 95% "
+            "Student-t interval over seeds, clipped to [0, 1].")
+
+
 def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
     final = final_evals(runs)
     require(not final.empty, "no eval records")
@@ -31,15 +46,17 @@ def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
     require(not long.empty, "no sampled_accuracy/greedy_accuracy in eval records")
     long["staleness_x"] = long["staleness"].map(stx)
     order = [stx(k) for k in sorted(long["staleness"].unique())]
-    fig, axes = plt.subplots(1, 2, figsize=(4 + 1.2 * len(order), 3), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(4.5 + 1.3 * len(order), 3.6), sharey=True)
     for ax, (metric, label) in zip(axes, EVAL_METRICS.items(), strict=True):
-        bar_panel(ax, long[long["metric"] == metric], "staleness_x", "value", order, runs)
+        # Accuracy lives in [0, 1]; with 2-3 seeds a t-interval can reach far past it.
+        bar_panel(ax, long[long["metric"] == metric], "staleness_x", "value", order, runs,
+                  bounds=(0.0, 1.0))
         ax.set_title(f"final {label}")
         ax.set_xlabel("staleness")
-        ax.set_ylabel("")
-        # Accuracy lives in [0, 1]; with 2-3 seeds a t-interval can reach far past it.
+        ax.set_ylabel("held-out accuracy (share correct)")
         ax.set_ylim(0, 1)
     finish_legends(fig, axes)
+    fig.suptitle(eval_caption(runs, final), fontsize=9)
     fig.tight_layout()
     name = "fig11_final_accuracy"
     return FigureResult(name, save(fig, name, opts), long.reset_index(drop=True))

@@ -75,10 +75,12 @@ def fig05_prob_by_ratio(runs: RunSet, opts: Options) -> FigureResult:
                 ax=ax,
             )
         ax.set_title(f"{BASE} {stx(k)}")
-        ax.set_xlabel("IS weight (ratio) bin")
-        ax.set_ylabel("token probability")
+        ax.set_xlabel("IS weight π/π_behaviour, bin")
+        ax.set_ylabel("token probability (0-1)")
         ax.tick_params(axis="x", labelrotation=45)
     finish_legends(fig, list(axes.flat))
+    fig.suptitle("Token probability per IS-weight bin, by advantage sign (tokens with A≠0; "
+                 "box: quartiles, whiskers: 1.5 IQR, outliers hidden)", fontsize=10)
     fig.tight_layout()
     name = "fig05_prob_by_is_weight"
     return FigureResult(name, save(fig, name, opts), data.reset_index(drop=True))
@@ -93,15 +95,21 @@ def _most_stale(runs: RunSet) -> list[Run]:
     return [r for r in runs.runs if r.token_parts and top.get(r.method) == r.staleness]
 
 
+RATIO_VIEW = (0.25, 4.0)  # fig 10's IS-weight axis; weights outside are drawn at its edge
+RATIO_TICKS = [0.25, 0.5, 1.0, 2.0, 4.0]
+
+
 def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
-    """Fig 10: probability vs IS weight coloured by entropy; p80 of entropy marked."""
+    """Fig 10: probability vs IS weight coloured by entropy, tokens of stale updates only
+    (update 0 is on-policy: every weight is exactly 1 and says nothing here)."""
     chosen = _most_stale(runs)
     require(bool(chosen), "no off-policy (staleness > 1) runs with token parts")
     panels = []
     for method in style.method_order({r.method for r in chosen}):
         mruns = [r for r in chosen if r.method == method]
-        # Percentile from every row; only the scatter is sampled.
-        tok = runs.tokens(["logp", "ratio", "entropy"], mruns)
+        # Percentile from every stale row; only the scatter is sampled.
+        tok = runs.tokens(["logp", "ratio", "entropy", "update"], mruns)
+        tok = tok[tok["update"] > 0]
         if tok.empty:
             continue
         p80 = float(np.quantile(tok["entropy"].astype("float64"), 0.8))
@@ -113,55 +121,54 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
         d["entropy"] = tok["entropy"].astype("float64")
         d["entropy_p80"] = p80
         d["high_entropy"] = d["entropy"] >= p80
+        d["c_low"], d["c_high"] = mruns[0].cfg("method.c_low"), mruns[0].cfg("method.c_high")
+        d["objective"] = mruns[0].cfg("method.objective")
         panels.append(d)
     require(bool(panels), "token parts of the chosen runs could not be read")
-    fig, axes = grid(len(panels), 3, 4.4, 3.4)
-    for ax, d in zip(axes, panels, strict=True):
-        p80 = d["entropy_p80"].iat[0]
-        # Colour scale up to the 99th percentile: a few very flat tokens would wash it out.
-        norm = plt.Normalize(d["entropy"].min(), max(float(d["entropy"].quantile(0.99)), p80))
-        # Colour via `c=`/`cmap=` (passed to matplotlib, vectorised), not `hue=`: seaborn's
-        # continuous hue converts every dot's colour one at a time and made this figure slow.
+    data = pd.concat(panels, ignore_index=True)
+    # One colour scale for every panel, up to the 99th percentile (a few flat tokens would
+    # wash it out), so the same colour means the same entropy everywhere.
+    norm = plt.Normalize(0.0, max(float(data["entropy"].quantile(0.99)), 1e-6))
+    ncols = min(len(panels), 4)
+    nrows = math.ceil(len(panels) / ncols)
+    fig, grid_axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols + 0.8, 2.9 * nrows + 0.5),
+                                  squeeze=False, sharex=True, sharey=True, layout="constrained")
+    axes = list(grid_axes.flat[: len(panels)])
+    for ax in grid_axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for i, (ax, d) in enumerate(zip(axes, panels, strict=True)):
         o = d.sort_values("entropy")  # high entropy drawn last, on top
-        sns.scatterplot(
-            x=o["ratio"].to_numpy(),
-            y=o["prob"].to_numpy(),
-            c=o["entropy"].to_numpy(),
-            cmap="viridis",
-            norm=norm,
-            s=6,
-            linewidth=0,
-            ax=ax,
-            rasterized=True,
-        )  # rasterized: thousands of dots in a PDF
-        hi = d[d["high_entropy"]]
-        ax.scatter(
-            hi["ratio"],
-            hi["prob"],
-            s=10,
-            facecolors="none",
-            edgecolors="red",
-            lw=0.3,
-            label="entropy >= p80",
-            rasterized=True,
-        )
-        cbar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=ax)
-        cbar.ax.axhline(p80, color="red", lw=1.5)
-        cbar.set_label(f"entropy (red: p80 = {p80:.2f})")
-        # log2 axis with a few plain labels: default log minor labels overlap and cost
-        # most of this figure's drawing time.
+        x = o["ratio"].clip(*RATIO_VIEW)
+        outside = (o["ratio"] < RATIO_VIEW[0]) | (o["ratio"] > RATIO_VIEW[1])
+        for mask, marker in ((~outside, "o"), (outside, ">")):
+            ax.scatter(x[mask], o["prob"][mask], c=o["entropy"][mask], cmap="viridis", norm=norm,
+                       s=5, marker=marker, linewidths=0, alpha=0.6, rasterized=True)
+        if d["objective"].iat[0] != "bapo":  # a fixed clip: where it cuts
+            for bound in (d["c_low"].iat[0], d["c_high"].iat[0]):
+                ax.axvline(bound, color="#D55E00", lw=0.8, ls="--")
+            ax.text(0.03, 0.97, f"clip [{d['c_low'].iat[0]:g}, {d['c_high'].iat[0]:g}]",
+                    transform=ax.transAxes, fontsize=7, va="top", color="#D55E00")
+        ax.axvline(1.0, color="0.5", lw=0.8, ls=":")
         ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_locator(mticker.LogLocator(base=2, numticks=6))
+        ax.set_xlim(RATIO_VIEW[0] / 1.08, RATIO_VIEW[1] * 1.08)
+        ax.xaxis.set_major_locator(mticker.FixedLocator(RATIO_TICKS))
         ax.xaxis.set_minor_locator(mticker.NullLocator())
         ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.axvline(1.0, color="0.5", lw=0.8, ls=":")
-        ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])}")
-        ax.set_xlabel("IS weight (ratio)")
-        ax.set_ylabel("token probability")
-        ax.legend(loc="lower right", fontsize=7, frameon=False)
-    fig.tight_layout()
+        ax.set_ylim(-0.02, 1.02)
+        p80 = d["entropy_p80"].iat[0]
+        ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])} "
+                     f"(entropy p80 = {p80:.2f})", fontsize=9)
+        ax.set_xlabel("IS weight π/π_behaviour" if i >= len(panels) - ncols else "")
+        ax.set_ylabel("token probability (0-1)" if i % ncols == 0 else "")
+        ax.tick_params(labelbottom=True)
+    cbar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=axes,
+                        fraction=0.03, pad=0.01)
+    cbar.set_label("token entropy (nats)")
+    fig.suptitle("Token probability vs IS weight (log scale), tokens of stale updates "
+                 "(update >= 1), each method at its highest staleness.\nDashed: a fixed "
+                 "method's clip bounds. Weights outside [1/4, 4] are drawn at the edge (>).",
+                 fontsize=10)
     name = "fig10_prob_is_entropy"
-    data = pd.concat(panels, ignore_index=True)
     return FigureResult(name, save(fig, name, opts), data)
 
 
@@ -200,19 +207,27 @@ def fig_entropy_quadrants(runs: RunSet, opts: Options) -> FigureResult:
     levels = sorted(shares["staleness"].unique())
     fig, axes = grid(len(levels) + 1, 3, 4.2, 3.4)
     for ax, k in zip(axes, levels, strict=False):
-        bar_panel(ax, shares[shares["staleness"] == k], "kind", "clip_share", KINDS, runs)
+        part = shares[shares["staleness"] == k]
+        bar_panel(ax, part, "kind", "clip_share", KINDS, runs, bounds=(0.0, 1.0))
         ax.set_title(f"clipped share by token kind, {stx(k)}")
-        ax.set_ylabel("clipped share")
+        ax.set_ylabel("clipped share of the kind's tokens")
         ax.set_xlabel(f"token kind (high p: p >= {PROB_SPLIT})")
         ax.tick_params(axis="x", labelrotation=30)
+        if not (part["clip_share"].fillna(0) > 0).any():  # e.g. 1x: every IS weight is 1
+            ax.set_ylim(0, 1)
+            ax.text(0.5, 0.5, "no token clipped", ha="center", transform=ax.transAxes)
+        else:
+            ax.set_ylim(bottom=0)
     ent = ent.assign(staleness_x=ent["staleness"].map(stx)).dropna(subset=["entropy_drop"])
     ax = axes[-1]
     order = [stx(k) for k in sorted(ent["staleness"].unique())]
     bar_panel(ax, ent, "staleness_x", "entropy_drop", order, runs)
     ax.set_title(f"entropy drop (first step - last {opts.last_k} steps)")
     ax.set_xlabel("staleness")
-    ax.set_ylabel("entropy drop")
+    ax.set_ylabel("entropy drop (nats/token)")
     finish_legends(fig, axes)
+    fig.suptitle("Bars: mean over seeds; whiskers: 95% Student-t interval over seeds "
+                 "(shares clipped to [0, 1])", fontsize=10)
     fig.tight_layout()
     name = "fig_entropy_quadrants"
     return FigureResult(name, save(fig, name, opts), shares, {"entropy": ent})

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from analysis import style
+import matplotlib.pyplot as plt
+
 from analysis.loader import RunSet
-from analysis.plotting import FigureResult, Options, line_panels, require, save, step_curves
+from analysis.plotting import (
+    STEP_AXIS,
+    FigureResult,
+    Options,
+    draw_curves,
+    line_panels,
+    require,
+    save,
+    step_curves,
+    stx,
+)
 
 BASE = "ppo"  # the paper's GRPO baseline
 
@@ -15,17 +26,28 @@ def _curves_of(
     metrics: list[str],
     opts: Options,
     staleness: set[int] | None = None,
+    variants: bool = True,
 ):
+    """Curves of the runs whose config method.name is in `methods`. `variants`: with every
+    parameter variant of them (each its own colour); False: the plain label only, for
+    figures coloured by staleness, where two variants would share a colour."""
+    ids = {r.run_id for r in runs.runs
+           if (r.method_name if variants else r.method) in methods}
     steps = runs.steps
-    mask = steps["method"].isin(methods)
+    mask = steps["run_id"].isin(ids)
     if staleness is not None:
         mask &= steps["staleness"].isin(staleness)
     return step_curves(steps[mask], metrics, opts.smooth)
 
 
+def _levels(runs: RunSet, method: str, variants: bool = True) -> list[int]:
+    return sorted({r.staleness for r in runs.runs
+                   if (r.method_name if variants else r.method) == method})
+
+
 def fig02_staleness(runs: RunSet, opts: Options) -> FigureResult:
-    """Fig 2: how staleness changes ppo training, one line per staleness."""
-    levels = sorted({r.staleness for r in runs.runs if r.method == BASE})
+    """Fig 2: how staleness changes ppo training, one colour per staleness."""
+    levels = _levels(runs, BASE, variants=False)
     require(bool(levels), f"no '{BASE}' runs")
     panels = [
         ("reward_mean", "reward"),
@@ -33,12 +55,13 @@ def fig02_staleness(runs: RunSet, opts: Options) -> FigureResult:
         ("clip_frac", "clip fraction"),
         ("grad_norm", "grad norm"),
     ]
-    curves = _curves_of(runs, {BASE}, [p[0] for p in panels], opts)
+    curves = _curves_of(runs, {BASE}, [p[0] for p in panels], opts, variants=False)
     fig = line_panels(
         curves,
         panels,
         runs,
-        title=f"{BASE} at staleness " + ", ".join(style.staleness_label(k) for k in levels),
+        hue="staleness",
+        title=f"{BASE} at staleness " + ", ".join(stx(k) for k in levels),
     )
     name = "fig02_staleness_ppo"
     return FigureResult(name, save(fig, name, opts), curves)
@@ -47,7 +70,8 @@ def fig02_staleness(runs: RunSet, opts: Options) -> FigureResult:
 def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 4: loss contribution (gradient reading) and token share, by advantage sign."""
     require(any(r.method == BASE for r in runs.runs), f"no '{BASE}' runs")
-    steps = runs.steps[runs.steps["method"] == BASE].copy()
+    ids = {r.run_id for r in runs.runs if r.method == BASE}
+    steps = runs.steps[runs.steps["run_id"].isin(ids)].copy()
     require("contrib_grad_pos_share" in steps, "no contrib_grad_pos_share in step records")
     # The negative share is the complement: only tokens with A != 0 carry contribution.
     steps["contrib_grad_neg_share"] = 1.0 - steps["contrib_grad_pos_share"]
@@ -63,7 +87,8 @@ def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
         panels,
         runs,
         ncols=2,
-        title=f"{BASE}: contribution by sign",
+        hue="staleness",
+        title=f"{BASE}: contribution by advantage sign (dotted: 0.5)",
         hlines={p[0]: 0.5 for p in panels},
     )
     name = "fig04_contribution_by_sign"
@@ -77,9 +102,10 @@ def fig06_length(runs: RunSet, opts: Options) -> FigureResult:
         ("response_length_pos", "response length, A>0"),
         ("response_length_neg", "response length, A<0"),
     ]
-    curves = _curves_of(runs, {BASE}, [p[0] for p in panels], opts)
+    curves = _curves_of(runs, {BASE}, [p[0] for p in panels], opts, variants=False)
     require(not curves.empty, "no response_length_pos/neg values in step records")
-    fig = line_panels(curves, panels, runs, title=f"{BASE}: response length by sign")
+    fig = line_panels(curves, panels, runs, hue="staleness", sharey=True,
+                      title=f"{BASE}: response length by advantage sign (one y scale)")
     name = "fig06_length_by_sign"
     return FigureResult(name, save(fig, name, opts), curves)
 
@@ -89,30 +115,62 @@ FIG7_METHODS = ("clip_0.8_1.5", "ppo", "clip_0.5_1.2")
 
 def fig07_asymmetric(runs: RunSet, opts: Options, staleness: int = 4) -> FigureResult:
     """Fig 7: fixed asymmetric clip bounds vs ppo at one staleness."""
-    have = {r.method for r in runs.runs if r.staleness == staleness}
+    have = {r.method_name for r in runs.runs if r.staleness == staleness}
     require(
         bool(have & {"clip_0.8_1.5", "clip_0.5_1.2"}),
         f"no runs named clip_0.8_1.5 or clip_0.5_1.2 at {staleness}x",
     )
     panels = [("reward_mean", "reward"), ("entropy_mean", "entropy")]
     curves = _curves_of(runs, set(FIG7_METHODS), [p[0] for p in panels], opts, {staleness})
-    fig = line_panels(curves, panels, runs, title=f"fixed asymmetric clips at {staleness}x")
+    fig = line_panels(curves, panels, runs,
+                      title=f"fixed asymmetric clips [c_low, c_high] at {staleness}x")
     name = "fig07_asymmetric_clips"
     return FigureResult(name, save(fig, name, opts), curves)
 
 
+FIG9_PANELS = [
+    ("reward_mean", "reward (0-1)"),
+    ("entropy_mean", "entropy (nats/token)"),
+    ("contrib_grad_pos_share", "positive share of |r·A|"),
+    ("grad_norm", "grad norm (L2, pre-clip)"),
+]
+
+
 def fig09_bapo_vs_ppo(runs: RunSet, opts: Options) -> FigureResult:
-    """Fig 9: bapo vs ppo at every staleness both were run at."""
-    by = {m: {r.staleness for r in runs.runs if r.method == m} for m in ("bapo", BASE)}
-    both = by["bapo"] & by[BASE]
+    """Fig 9: bapo vs ppo, one column per staleness both were run at, one row per metric;
+    the positive-contribution row marks bapo's target rho0."""
+    by = {m: set(_levels(runs, m)) for m in ("bapo", BASE)}
+    both = sorted(by["bapo"] & by[BASE])
     require(bool(both), f"no staleness with both 'bapo' and '{BASE}' runs")
-    panels = [
-        ("reward_mean", "reward"),
-        ("entropy_mean", "entropy"),
-        ("contrib_grad_pos_share", "positive contribution"),
-        ("grad_norm", "grad norm"),
-    ]
-    curves = _curves_of(runs, {"bapo", BASE}, [p[0] for p in panels], opts, both)
-    fig = line_panels(curves, panels, runs, ncols=4, title="bapo vs ppo")
+    curves = _curves_of(runs, {"bapo", BASE}, [p[0] for p in FIG9_PANELS], opts, set(both))
+    rho0 = sorted({r.cfg("method.bapo.rho0") for r in runs.runs
+                   if r.method_name == "bapo" and r.cfg("method.bapo.rho0") is not None})
+    nrows, ncols = len(FIG9_PANELS), len(both)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.9 * ncols + 1.2, 2.1 * nrows),
+                             squeeze=False, sharex=True, sharey="row")
+    for i, (metric, label) in enumerate(FIG9_PANELS):
+        for j, k in enumerate(both):
+            ax = axes[i, j]
+            d = curves[(curves["metric"] == metric) & (curves["staleness"] == k)]
+            draw_curves(ax, d, runs, dashed=False)
+            if metric == "contrib_grad_pos_share":
+                for r in rho0:
+                    ax.axhline(r, color="0.3", lw=0.9, ls="--", label=f"bapo rho0 = {r:g}")
+            if i == 0:
+                same = " (same updates: lines coincide)" if k == 1 else ""
+                ax.set_title(f"staleness {stx(k)}{same}", fontsize=9)
+            ax.set_ylabel(label if j == 0 else "")
+            ax.set_xlabel(STEP_AXIS if i == nrows - 1 else "")
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
+    handles, labels = axes[2, -1].get_legend_handles_labels()
+    keep = [(h, lab) for h, lab in zip(handles, labels, strict=True)
+            if lab not in ("method", "staleness") and not lab.endswith("x")]
+    fig.legend(*zip(*keep, strict=True), loc="center right", frameon=False)
+    fig.suptitle("bapo vs ppo; mean over seeds, band: 95% t-interval (clipped to the "
+                 "metric's range)")
+    fig.tight_layout(rect=(0, 0, 1 - 1.3 / fig.get_figwidth(), 1))
     name = "fig09_bapo_vs_ppo"
-    return FigureResult(name, save(fig, name, opts), curves)
+    return FigureResult(name, save(fig, name, opts), curves, {"rho0": rho0})
+
+

@@ -25,8 +25,14 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import yaml
 
-RUN_COLS = ["run_id", "experiment", "method", "staleness", "seed"]
+from analysis.cells import Grouping, cell_key
+
+# `suite` and `method` as analysis/cells.py assigns them: `method` is the label shown (the
+# method's name, plus its differing parameters when a suite holds several variants).
+RUN_COLS = ["run_id", "suite", "experiment", "method", "staleness", "seed"]
 _TABLE_EXTRA = [
+    "method_name",
+    "cell",
     "objective",
     "status",
     "steps_used",
@@ -65,6 +71,13 @@ class Run:
     # Set for exported runs (experiments/export_results.py): the share of responses whose
     # token rows were kept. None: every token row is there.
     token_sample_fraction: float | None = None
+    # analysis/cells.py: `method_name` is config method.name; `method` becomes its label in
+    # the suite; `cell` is the id of (experiment, method, every numeric key except seed).
+    method_name: str = ""
+    cell: str = ""
+    suite: str = ""
+    suite_slug: str = ""
+    suite_rank: int = 0
 
     @property
     def last_step(self) -> int:
@@ -96,6 +109,8 @@ class RunSet:
         rows = [
             {
                 **{c: getattr(r, c) for c in RUN_COLS},
+                "method_name": r.method_name,
+                "cell": r.cell,
                 "objective": r.cfg("method.objective"),
                 "status": r.status,
                 "steps_used": len(r.complete_steps),
@@ -114,6 +129,11 @@ class RunSet:
     @property
     def methods(self) -> list[str]:
         return sorted({r.method for r in self.runs})
+
+    @property
+    def suites(self) -> list[str]:
+        """Suite labels, in the order analysis/cells.py ranked them (largest first)."""
+        return list(dict.fromkeys(r.suite for r in sorted(self.runs, key=lambda r: r.suite_rank)))
 
     def select(self, pred: Callable[[Run], bool]) -> list[Run]:
         return [r for r in self.runs if pred(r)]
@@ -142,7 +162,7 @@ class RunSet:
         runs = list(self.runs if runs is None else runs)
         cats = {
             c: sorted({getattr(r, c) for r in self.runs})
-            for c in ("run_id", "method", "experiment")
+            for c in ("run_id", "suite", "method", "experiment")
         }
         frames = []
         for run in runs:
@@ -295,6 +315,7 @@ def _identity(cfg: dict[str, Any], meta: dict[str, Any], path: Path) -> dict[str
     experiment = get("experiment.name") or meta.get("experiment") or path.parent.parent.name
     return {
         "method": str(method),
+        "method_name": str(method),
         "staleness": int(staleness),
         "seed": int(seed),
         "experiment": str(experiment),
@@ -426,8 +447,13 @@ def load_runs(roots: Iterable[Path | str]) -> RunSet:
         runs.append(run)
         loaded[run.run_id] = frames
 
+    for r in runs:
+        r.cell = cell_key(r.config)
     runs, dup = _dedupe(runs)
-    runs.sort(key=lambda r: (r.experiment, r.method, r.staleness, r.seed, r.run_id))
+    suites = Grouping(runs).assign()
+    for r in runs:
+        r.suite_rank = suites.index(r.suite)
+    runs.sort(key=lambda r: (r.suite_rank, r.experiment, r.method, r.staleness, r.seed, r.run_id))
     skipped += dup
     for r in runs:
         messages += [f"{r.run_id}: {n}" for n in r.notes]
@@ -439,11 +465,12 @@ def load_runs(roots: Iterable[Path | str]) -> RunSet:
 
 
 def _dedupe(runs: list[Run]) -> tuple[list[Run], list[tuple[str, str]]]:
-    # The same run reached through two roots (runs/ and a committed copy) must count once.
-    best: dict[tuple[str, str, int, int], Run] = {}
+    # The same run reached through two roots (runs/ and a committed copy) must count once:
+    # the same cell (every numeric config key) and seed.
+    best: dict[tuple[str, int], Run] = {}
     skipped = []
     for r in runs:
-        key = (r.experiment, r.method, r.staleness, r.seed)
+        key = (r.cell, r.seed)
         old = best.get(key)
         if old is None:
             best[key] = r
@@ -453,8 +480,7 @@ def _dedupe(runs: list[Run]) -> tuple[list[Run], list[tuple[str, str]]]:
         skipped.append(
             (
                 str(drop.path),
-                f"duplicate of {keep.run_id} (same experiment, method, "
-                "staleness, seed); kept the longer one",
+                f"duplicate of {keep.run_id} (same config and seed); kept the longer one",
             )
         )
     return list(best.values()), skipped

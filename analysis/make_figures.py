@@ -1,13 +1,21 @@
-"""Regenerate every figure and figures/REPORT.md from run dirs.
+"""Regenerate every figure and REPORT.md from run dirs.
 
-python analysis/make_figures.py [--runs DIR ...] [--out DIR]
-python -m analysis.make_figures --runs runs experiments/results --out figures
+python analysis/make_figures.py [--runs DIR ...] [--out DIR]      # runs/ -> outputs/figures/
+python analysis/make_figures.py --runs experiments/results --out figures   # the committed ones
+
+Runs are grouped into cells (one experiment, method and config; only seeds pooled) and
+suites (cells that can be compared, analysis/cells.py). The largest suite's figures go to
+--out, every other suite's to --out/suites/<name>/; REPORT.md covers them all. The files
+this tool manages in --out are replaced as a whole, never mixed with older ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +26,7 @@ if __package__ in (None, ""):  # run as a script: make `analysis` importable fro
 from analysis import fig_bounds, fig_final, fig_tokens, fig_training, style  # noqa: E402
 from analysis.loader import RunSet, load_runs  # noqa: E402
 from analysis.plotting import FigureResult, Options, SkipFigure  # noqa: E402
-from analysis.report import write_report  # noqa: E402
+from analysis.report import SuiteFigures, verdict_counts, write_report  # noqa: E402
 from analysis.summary import run_summary  # noqa: E402
 
 FIGURES: dict[str, Callable[[RunSet, Options], FigureResult]] = {
@@ -35,10 +43,19 @@ FIGURES: dict[str, Callable[[RunSet, Options], FigureResult]] = {
 }
 
 
+TEXT_OUTPUTS = ("REPORT.md", "results.csv", "claims.csv", "bapo_search.csv")
+SUITES_DIR = "suites"  # figures of every suite but the largest, one dir each
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--runs", nargs="+", default=["runs"], help="dirs searched for run dirs")
-    p.add_argument("--out", default="figures", help="output dir (figures + REPORT.md)")
+    p.add_argument(
+        "--out",
+        default="outputs/figures",
+        help="output dir (figures + REPORT.md); the committed figures are made with "
+        "--runs experiments/results --out figures",
+    )
     p.add_argument("--formats", nargs="+", default=["png", "pdf"])
     p.add_argument("--dpi", type=int, default=150)
     p.add_argument("--experiment", nargs="+", help="only runs of these experiment names")
@@ -46,6 +63,50 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--last-k", type=int, default=5, help="steps averaged as 'final'")
     p.add_argument("--smooth", type=int, default=1, help="rolling window over steps")
     return p.parse_args(argv)
+
+
+def managed(out: Path) -> list[Path]:
+    """What this tool writes into `out`, from any earlier call: removed before new files go
+    in, so no stale figure sits beside new ones. Nothing else in `out` is touched."""
+    if not out.is_dir():
+        return []
+    found = [out / n for n in TEXT_OUTPUTS if (out / n).exists()]
+    found += [p for name in FIGURES for p in sorted(out.glob(f"{name}.*")) if p.is_file()]
+    if (out / SUITES_DIR).is_dir():
+        found.append(out / SUITES_DIR)
+    return found
+
+
+def swap_in(staged: Path, out: Path) -> None:
+    """Replace the managed files in `out` with everything in `staged`, then drop `staged`."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in managed(out):
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    for new in sorted(staged.iterdir()):
+        os.replace(new, out / new.name)
+    staged.rmdir()
+
+
+def draw(runs: RunSet, opts: Options, only: list[str] | None) -> tuple[list, list, list]:
+    """Every figure of one suite: (made, skipped, failed)."""
+    made, skipped, failed = [], [], []
+    for name, fn in FIGURES.items():
+        if only and not any(name.startswith(o) for o in only):
+            continue
+        t = time.perf_counter()
+        try:
+            res = fn(runs, opts)
+        except SkipFigure as e:
+            skipped.append((name, str(e)))
+            print(f"skipped {name}: {e}")
+            continue
+        except Exception as e:  # noqa: BLE001 - one broken figure must not cost the others
+            failed.append((name, f"failed: {type(e).__name__}: {e}"))
+            print(f"FAILED  {name}: {type(e).__name__}: {e}")
+            continue
+        made.append(name)
+        print(f"made    {', '.join(p.name for p in res.paths)} ({time.perf_counter() - t:.1f}s)")
+    return made, skipped, failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,38 +125,37 @@ def main(argv: list[str] | None = None) -> int:
         print("nothing to plot: no usable run dirs (config.yaml + metrics.jsonl)")
         return 1
     style.setup()
-    opts = Options(
-        out=Path(args.out),
-        formats=tuple(args.formats),
-        dpi=args.dpi,
-        smooth=args.smooth,
-        last_k=args.last_k,
-    )
-    made, skipped, failed = [], [], []
-    for name, fn in FIGURES.items():
-        if args.only and not any(name.startswith(o) for o in args.only):
-            continue
-        t = time.perf_counter()
-        try:
-            res = fn(runs, opts)
-        except SkipFigure as e:
-            skipped.append((name, str(e)))
-            print(f"skipped {name}: {e}")
-            continue
-        except Exception as e:  # noqa: BLE001 - one broken figure must not cost the others
-            failed.append((name, f"failed: {type(e).__name__}: {e}"))
-            print(f"FAILED  {name}: {type(e).__name__}: {e}")
-            continue
-        made.append(name)
-        print(f"made    {', '.join(str(p) for p in res.paths)} ({time.perf_counter() - t:.1f}s)")
-    summary = run_summary(runs, args.last_k)
-    path, _, claims = write_report(
-        runs, summary, opts.out, args.runs, made, skipped + failed, args.last_k
-    )
-    print(
-        f"made    {path} ({(claims['verdict'] == 'held').sum()} of {len(claims)} claims held, "
-        f"{(claims['verdict'] == 'no data').sum()} without data)"
-    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Everything is drawn into a fresh dir beside `out` and swapped in at the end: a crash
+    # leaves `out` as it was, and a rerun never mixes old files with new ones.
+    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        figures, failed = [], []
+        for i, suite in enumerate(runs.suites):
+            part = runs.subset(lambda r, suite=suite: r.suite == suite)
+            where = "." if i == 0 else f"{SUITES_DIR}/{part.runs[0].suite_slug}"
+            print(f"suite {suite} ({len(part.runs)} runs) -> {out / where}")
+            opts = Options(
+                out=staged / where,
+                formats=tuple(args.formats),
+                dpi=args.dpi,
+                smooth=args.smooth,
+                last_k=args.last_k,
+            )
+            made, skipped, bad = draw(part, opts, args.only)
+            figures.append(SuiteFigures(suite, where, made, skipped + bad))
+            failed += bad
+        summary = run_summary(runs, args.last_k)
+        _, _, claims = write_report(runs, summary, staged, args.runs, figures, args.last_k)
+        swap_in(staged, out)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    for suite in runs.suites:
+        counts = verdict_counts(claims[claims["suite"] == suite])
+        print(f"claims of suite {suite}: {counts}")
+    print(f"made    {out / 'REPORT.md'}, results.csv, claims.csv")
     for m in runs.messages:
         print(f"  note: {m}")
     print(f"done in {time.perf_counter() - t0:.1f}s")

@@ -49,11 +49,18 @@ def stx(k: int) -> str:
     return style.staleness_label(k)
 
 
-def ci_errorbar(x: Sequence[float]) -> tuple[float, float]:
-    """seaborn `errorbar=` callable: the same t-interval the report uses."""
+def ci_errorbar(x: Sequence[float], lower: float | None = None,
+                upper: float | None = None) -> tuple[float, float]:
+    """seaborn `errorbar=` callable: the same t-interval the report uses, clipped to the
+    range the value can take (a share cannot go below 0)."""
     _, lo, hi, _ = mean_ci(x)
     m = float(np.mean(x))
-    return (m, m) if math.isnan(lo) else (lo, hi)
+    lo, hi = (m, m) if math.isnan(lo) else (lo, hi)
+    if lower is not None:
+        lo, hi = max(lo, lower), max(hi, lower)
+    if upper is not None:
+        lo, hi = min(lo, upper), min(hi, upper)
+    return lo, hi
 
 
 def require(cond: bool, reason: str) -> None:
@@ -71,14 +78,50 @@ def smooth_steps(df: pd.DataFrame, cols: list[str], window: int) -> pd.DataFrame
     return df
 
 
+# Axis labels with units, and the range a metric can take (bands are clipped to it: a
+# t-interval over 3 seeds can reach far past what the metric allows).
+STEP_AXIS = "training step (rollout batches)"
+METRIC_AXES: dict[str, tuple[str, float | None, float | None]] = {
+    "reward_mean": ("mean reward (0-1)", 0.0, 1.0),
+    "accuracy": ("accuracy (share correct)", 0.0, 1.0),
+    "entropy_mean": ("entropy (nats/token)", 0.0, None),
+    "clip_frac": ("clipped share of tokens", 0.0, 1.0),
+    "grad_norm": ("grad norm (L2, before clipping)", 0.0, None),
+    "contrib_grad_pos_share": ("share of sum |r·A| (0-1)", 0.0, 1.0),
+    "contrib_grad_neg_share": ("share of sum |r·A| (0-1)", 0.0, 1.0),
+    "token_share_pos": ("share of tokens with A≠0", 0.0, 1.0),
+    "token_share_neg": ("share of tokens with A≠0", 0.0, 1.0),
+    "response_length_pos": ("response length (tokens)", 0.0, None),
+    "response_length_neg": ("response length (tokens)", 0.0, None),
+    "c_low": ("c_low (IS-ratio bound)", 0.0, None),
+    "c_high": ("c_high (IS-ratio bound)", 0.0, None),
+}
+
+
 def step_curves(steps: pd.DataFrame, metrics: list[str], smooth: int = 1) -> pd.DataFrame:
-    """Long frame: metric, method, staleness, step -> mean, ci_low, ci_high, n over seeds."""
+    """Long frame: metric, method, staleness, step -> mean, ci_low, ci_high, n over seeds,
+    and band_low/band_high: the interval clipped to the metric's range (what is drawn)."""
     present = [m for m in metrics if m in steps.columns]
     df = smooth_steps(steps[[*RUN_COLS, "step", *present]], present, smooth)
     long = df.melt(id_vars=[*RUN_COLS, "step"], value_vars=present, var_name="metric")
     long["value"] = pd.to_numeric(long["value"], errors="coerce")
     out = agg_ci(long, ["metric", "method", "staleness", "step"], "value")
+    return clip_bands(out)
+
+
+def clip_bands(curves: pd.DataFrame, ranges: dict[str, tuple] | None = None) -> pd.DataFrame:
+    """band_low/band_high = ci_low/ci_high clipped to each metric's range (or `ranges`)."""
+    out = curves.copy()
+    out["band_low"], out["band_high"] = out["ci_low"], out["ci_high"]
+    for metric, (lo, hi) in {**{m: a[1:] for m, a in METRIC_AXES.items()}, **(ranges or {})}.items():
+        rows = out["metric"] == metric
+        out.loc[rows, "band_low"] = out.loc[rows, "band_low"].clip(lower=lo, upper=hi)
+        out.loc[rows, "band_high"] = out.loc[rows, "band_high"].clip(lower=lo, upper=hi)
     return out
+
+
+def axis_label(metric: str) -> str:
+    return METRIC_AXES.get(metric, (metric, None, None))[0]
 
 
 def line_panels(
@@ -89,51 +132,63 @@ def line_panels(
     ncols: int | None = None,
     title: str = "",
     hlines: dict[str, float] | None = None,
+    hue: str = "method",
+    sharey: bool = False,
 ) -> plt.Figure:
-    """One axis per (metric, label); colour = method, dash = staleness, band = 95% CI."""
+    """One axis per (metric, title); band = 95% CI clipped to the metric's range.
+
+    hue="method": colour = method, dash = staleness. hue="staleness" (one method): colour
+    and dash both = staleness, so every staleness level has its own colour.
+    """
     ncols = ncols or len(panels)
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.8 * nrows), squeeze=False)
-    palette = style.method_palette(runs.methods)
-    levels = sorted(curves["staleness"].unique())
-    dashes = {stx(k): d for k, d in style.staleness_dashes(levels).items()}
-    hue_order = style.method_order(curves["method"].unique())
-    # String levels so the legend reads "staleness: 1x, 2x" rather than bare numbers.
-    data = curves.assign(staleness=curves["staleness"].map(stx))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows), squeeze=False,
+                             sharey=sharey)
     for ax, (metric, label) in zip(axes.flat, panels, strict=False):
-        d = data[data["metric"] == metric]
-        if d.empty:
-            ax.text(0.5, 0.5, f"no {metric} logged", ha="center", transform=ax.transAxes)
-        else:
-            sns.lineplot(
-                data=d,
-                x="step",
-                y="mean",
-                hue="method",
-                style="staleness",
-                hue_order=hue_order,
-                style_order=[stx(k) for k in levels],
-                palette=palette,
-                dashes=dashes,
-                errorbar=None,
-                ax=ax,
-            )
-            for (m, _), g in d.groupby(["method", "staleness"], observed=True):
-                ax.fill_between(
-                    g["step"], g["ci_low"], g["ci_high"], color=palette[m], alpha=0.15, lw=0
-                )
+        ax.tick_params(labelleft=True)
+        draw_curves(ax, curves[curves["metric"] == metric], runs, hue=hue)
         if hlines and metric in hlines:
             ax.axhline(hlines[metric], color="0.5", lw=0.8, ls=":")
         ax.set_title(label)
-        ax.set_ylabel("")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+        ax.set_ylabel(axis_label(metric))
+        ax.set_xlabel(STEP_AXIS)
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     finish_legends(fig, axes.flat[: len(panels)])
-    if title:
-        fig.suptitle(title)
+    fig.suptitle(f"{title}\n{BAND_NOTE}" if title else BAND_NOTE, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+BAND_NOTE = "lines: mean over seeds; bands: 95% Student-t interval, clipped to the metric's range"
+
+
+def draw_curves(ax: plt.Axes, d: pd.DataFrame, runs: RunSet, *, hue: str = "method",
+                dashed: bool = True) -> None:
+    """Mean lines and clipped bands of one metric's curves (a step_curves slice);
+    `dashed`: a dash pattern per staleness (off when each panel holds one staleness)."""
+    if d.empty:
+        ax.text(0.5, 0.5, "not logged", ha="center", transform=ax.transAxes)
+        return
+    levels = sorted(d["staleness"].unique())
+    dashes = {stx(k): v if dashed else "" for k, v in style.staleness_dashes(levels).items()}
+    data = d.assign(staleness=d["staleness"].map(stx))
+    if hue == "staleness":
+        palette = {stx(k): c for k, c in style.staleness_palette(levels).items()}
+        colour = lambda m, k: palette[k]  # noqa: E731
+        hue_kw = {"hue": "staleness", "hue_order": [stx(k) for k in levels], "palette": palette}
+    else:
+        palette = style.method_palette(runs.methods)
+        colour = lambda m, k: palette[m]  # noqa: E731
+        hue_kw = {"hue": "method", "hue_order": style.method_order(d["method"].unique()),
+                  "palette": palette}
+    styled = {"style": "staleness", "style_order": [stx(k) for k in levels],
+              "dashes": dashes} if len(levels) > 1 else {}
+    sns.lineplot(data=data, x="step", y="mean", errorbar=None, ax=ax, **styled, **hue_kw)
+    for (m, k), g in data.groupby(["method", "staleness"], observed=True):
+        ax.fill_between(g["step"], g["band_low"], g["band_high"], color=colour(m, k),
+                        alpha=0.15, lw=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
 
 
 def grid(n: int, max_cols: int, w: float, h: float) -> tuple[plt.Figure, list[plt.Axes]]:
@@ -155,8 +210,9 @@ def finish_legends(fig: plt.Figure, axes: Sequence[plt.Axes]) -> None:
         sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1.02, 1), frameon=False)
 
 
-def bar_panel(ax: plt.Axes, df: pd.DataFrame, x: str, y: str, order: list, runs: RunSet) -> None:
-    """Seed means as bars, t-interval whiskers, colour = method."""
+def bar_panel(ax: plt.Axes, df: pd.DataFrame, x: str, y: str, order: list, runs: RunSet,
+              bounds: tuple[float | None, float | None] = (None, None)) -> None:
+    """Seed means as bars, t-interval whiskers (clipped to `bounds`), colour = method."""
     palette = style.method_palette(runs.methods)
     sns.barplot(
         data=df,
@@ -166,7 +222,7 @@ def bar_panel(ax: plt.Axes, df: pd.DataFrame, x: str, y: str, order: list, runs:
         order=order,
         hue_order=style.method_order(df["method"].unique()),
         palette=palette,
-        errorbar=ci_errorbar,
+        errorbar=lambda v: ci_errorbar(v, *bounds),
         capsize=0.1,
         err_kws={"linewidth": 1},
         ax=ax,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import style
+from analysis.cells import experiment_order
 from analysis.loader import RunSet
 from analysis.search_outcomes import search_outcomes
 from analysis.stats import fmt_ci, mean_ci
@@ -32,23 +33,28 @@ RESULT_COLUMNS = {
 }
 
 
+CELL_COLS = ["suite", "experiment", "method", "staleness"]
+
+
 def results_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Long frame: method, staleness, metric -> mean, ci_low, ci_high, n over seeds."""
+    """Long frame: one row per cell (suite, experiment, method, staleness) and metric ->
+    mean, ci_low, ci_high, n over seeds. Only seeds of one cell are ever pooled here."""
     rows = []
-    for (method, k), g in summary.groupby(["method", "staleness"], sort=True):
+    cols = [c for c in CELL_COLS if c in summary.columns]
+    for key, g in summary.groupby(cols, sort=True):
         for col in RESULT_COLUMNS:
             m, lo, hi, n = mean_ci(g[col]) if col in g else (math.nan, math.nan, math.nan, 0)
             rows.append(
-                dict(
-                    method=method, staleness=int(k), metric=col, mean=m, ci_low=lo, ci_high=hi, n=n
-                )
+                {**dict(zip(cols, key, strict=True)), "staleness": int(g["staleness"].iat[0]),
+                 "metric": col, "mean": m, "ci_low": lo, "ci_high": hi, "n": n}
             )
-    return pd.DataFrame(
-        rows, columns=["method", "staleness", "metric", "mean", "ci_low", "ci_high", "n"]
-    )
+    return pd.DataFrame(rows, columns=[*cols, "metric", "mean", "ci_low", "ci_high", "n"])
 
 
 # ------------------------------------------------------------------------------- claims
+
+
+VERDICTS = ("held", "not held", "not settled", "no data")
 
 
 @dataclass
@@ -57,8 +63,9 @@ class Claim:
     paper: str
     criterion: str
     measured: str = "—"
+    experiments: str = ""  # the experiments whose runs the numbers come from
     value: float = math.nan  # the main measured number, for tests and CSV readers
-    verdict: str = "no data"
+    verdict: str = "no data"  # held / not held only when the 95% interval settles it
     note: str = ""
 
 
@@ -67,147 +74,176 @@ def _ci(values: pd.Series) -> tuple[float, float, float, int, str]:
     return m, lo, hi, n, fmt_ci(m, lo, hi, n)
 
 
+def _no_interval(c: Claim, *lows: float) -> bool:
+    if any(math.isnan(x) for x in lows):
+        c.verdict, c.note = "not settled", "one seed: no interval"
+        return True
+    return False
+
+
 def _threshold(c: Claim, values: pd.Series, above: float) -> Claim:
+    """Held when the whole 95% interval lies above `above`, not held when below it."""
     m, low, high, n, text = _ci(values)
-    if n:
-        c.measured, c.value = text, m
-        c.verdict = "held" if m > above else "not held"
-        if math.isnan(low):
-            c.note = "one run: no interval"
-        elif low <= above <= high:
-            c.note = "95% interval includes the threshold"
+    if not n:
+        return c
+    c.measured, c.value = text, m
+    if _no_interval(c, low):
+        return c
+    if low > above:
+        c.verdict = "held"
+    elif high < above:
+        c.verdict = "not held"
+    else:
+        c.verdict, c.note = "not settled", "95% interval includes the threshold"
     return c
 
 
 def _in_range(c: Claim, values: pd.Series, lo: float, hi: float) -> Claim:
+    """Held when the whole 95% interval lies in [lo, hi], not held when it misses it."""
     m, low, high, n, text = _ci(values)
-    if n:
-        c.measured, c.value = text, m
-        c.verdict = "held" if lo <= m <= hi else "not held"
-        if math.isnan(low):
-            c.note = "one run: no interval"
-        elif low < lo or high > hi:
-            c.note = "95% interval reaches outside the range"
+    if not n:
+        return c
+    c.measured, c.value = text, m
+    if _no_interval(c, low):
+        return c
+    if lo <= low and high <= hi:
+        c.verdict = "held"
+    elif high < lo or low > hi:
+        c.verdict = "not held"
+    else:
+        inside = "inside" if lo <= m <= hi else "outside"
+        c.verdict = "not settled"
+        c.note = f"mean {inside} the range; its 95% interval reaches {'out of' if inside == 'inside' else 'into'} it"
     return c
 
 
 def _greater(c: Claim, a: pd.Series, b: pd.Series, names: tuple[str, str]) -> Claim:
-    """Held when mean(a) > mean(b); says so when the 95% intervals overlap."""
+    """Held when a's 95% interval lies wholly above b's, not held when wholly below."""
     ma, la, ha, na, ta = _ci(a)
     mb, lb, hb, nb, tb = _ci(b)
-    if na and nb:
-        c.measured = f"{names[0]} {ta} vs {names[1]} {tb}"
-        c.value = ma - mb
-        c.verdict = "held" if ma > mb else "not held"
-        if not (math.isnan(la) or math.isnan(lb)) and la <= hb and lb <= ha:
-            c.note = "95% intervals overlap"
-        elif math.isnan(la) or math.isnan(lb):
-            c.note = "one seed: no interval"
+    if not (na and nb):
+        return c
+    c.measured = f"{names[0]} {ta} vs {names[1]} {tb}"
+    c.value = ma - mb
+    if _no_interval(c, la, lb):
+        return c
+    if la > hb:
+        c.verdict = "held"
+    elif ha < lb:
+        c.verdict = "not held"
+    else:
+        c.verdict = "not settled"
+        c.note = f"95% intervals overlap (means differ by {c.value:+.4f})"
     return c
 
 
 def _trend(c: Claim, s: pd.DataFrame, col: str) -> Claim:
-    """Held when the seed-mean at the highest staleness exceeds the one at the lowest."""
-    means = s.groupby("staleness")[col].mean().dropna().sort_index()
-    if len(means) >= 2:
-        c.measured = ", ".join(f"{style.staleness_label(k)}: {v:.3f}" for k, v in means.items())
-        c.value = float(means.iloc[-1] - means.iloc[0])
-        c.verdict = "held" if c.value > 0 else "not held"
-        c.note = "monotone" if means.is_monotonic_increasing else "not monotone"
+    """Held when the highest staleness's 95% interval lies wholly above the lowest's."""
+    by = {int(k): g[col] for k, g in s.groupby("staleness")}
+    levels = sorted(k for k, v in by.items() if v.notna().any())
+    if len(levels) < 2:
+        return c
+    stats = {k: mean_ci(by[k]) for k in levels}
+    c.measured = ", ".join(
+        f"{style.staleness_label(k)}: {fmt_ci(*stats[k])}".replace(f" (n={stats[k][3]})", "")
+        for k in levels
+    ) + f" (n={'/'.join(str(stats[k][3]) for k in levels)})"
+    (m0, lo0, hi0, _), (m1, lo1, hi1, _) = stats[levels[0]], stats[levels[-1]]
+    c.value = m1 - m0
+    monotone = pd.Series([stats[k][0] for k in levels]).is_monotonic_increasing
+    if _no_interval(c, lo0, lo1):
+        return c
+    if lo1 > hi0:
+        c.verdict = "held"
+    elif hi1 < lo0:
+        c.verdict = "not held"
+    else:
+        c.verdict = "not settled"
+        ends = f"{style.staleness_label(levels[0])} and {style.staleness_label(levels[-1])}"
+        c.note = f"95% intervals at {ends} overlap"
+    c.note = "; ".join(x for x in ("means monotone" if monotone else "means not monotone", c.note) if x)
     return c
 
 
+def _experiments(s: pd.DataFrame) -> str:
+    pairs = set(zip(s["experiment"], s["staleness"], strict=True))
+    return ", ".join(experiment_order(pairs))
+
+
 def claims_table(s: pd.DataFrame) -> pd.DataFrame:
-    """Each paper claim (methods.md) with the paper's number, ours, and a verdict."""
+    """Each paper claim (methods.md) with the paper's number, ours, and a verdict.
+
+    `s` is the run summary of one suite (analysis/cells.py): each (method, staleness) is one
+    cell there, so "ppo at 4x" is one set of seeds. Rows marked "staleness > 1" pool that
+    method's cells above 1x, and name the experiments they pool.
+    """
     ppo, bapo = s[s["method"] == "ppo"], s[s["method"] == "bapo"]
     ppo_off, bapo_off = ppo[ppo["staleness"] > 1], bapo[bapo["staleness"] > 1]
 
-    def at(method: str, k: int, col: str) -> pd.Series:
-        return s.loc[(s["method"] == method) & (s["staleness"] == k), col]
+    def at(method: str, k: int) -> pd.DataFrame:
+        return s[(s["method"] == method) & (s["staleness"] == k)]
+
+    def claim(text: str, paper: str, criterion: str, *used: pd.DataFrame) -> Claim:
+        return Claim(text, paper, criterion, experiments=_experiments(pd.concat(used)))
 
     claims = [
         _threshold(
-            Claim(
-                "Negative tokens carry most of the loss contribution (ppo, staleness > 1, Fig 4)",
-                "~0.55-0.65 negative share",
-                "mean negative share > 0.5",
-            ),
+            claim("Negative tokens carry most of the loss contribution (ppo, staleness > 1, Fig 4)",
+                  "~0.55-0.65 negative share", "95% interval of the negative share above 0.5",
+                  ppo_off),
             1.0 - ppo_off["pos_contrib"],
             0.5,
         ),
         _threshold(
-            Claim(
-                "Negative tokens are most of the tokens (ppo, staleness > 1, Fig 4)",
-                "~0.80 negative share",
-                "mean negative token share > 0.5",
-            ),
+            claim("Negative tokens are most of the tokens (ppo, staleness > 1, Fig 4)",
+                  "~0.80 negative share", "95% interval of the negative token share above 0.5",
+                  ppo_off),
             ppo_off["token_share_neg"],
             0.5,
         ),
         _greater(
-            Claim(
-                "Negative responses are longer than positive ones (ppo, staleness > 1, Fig 6)",
-                "negative longer",
-                "mean length A<0 > A>0",
-            ),
+            claim("Negative responses are longer than positive ones (ppo, staleness > 1, Fig 6)",
+                  "negative longer", "95% intervals: length A<0 above A>0", ppo_off),
             ppo_off["length_neg"],
             ppo_off["length_pos"],
             ("A<0", "A>0"),
         ),
         _trend(
-            Claim(
-                "Staleness raises the clip fraction under ppo (Fig 2)",
-                "rises with staleness",
-                "highest staleness > lowest",
-            ),
+            claim("Staleness raises the clip fraction under ppo (Fig 2)", "rises with staleness",
+                  "95% intervals: highest staleness above lowest", ppo),
             ppo,
             "clip_frac",
         ),
         _trend(
-            Claim(
-                "Staleness speeds the entropy drop under ppo (Fig 2)",
-                "faster drop when staler",
-                "entropy drop at highest staleness > lowest",
-            ),
+            claim("Staleness speeds the entropy drop under ppo (Fig 2)", "faster drop when staler",
+                  "95% intervals: entropy drop at highest staleness above lowest", ppo),
             ppo,
             "entropy_drop",
         ),
         _in_range(
-            Claim(
-                "BAPO c_high settles high (bapo, staleness > 1, Fig 8)",
-                "~1.9-2.2",
-                "mean c_high in [1.9, 2.2]",
-            ),
+            claim("BAPO c_high settles high (bapo, staleness > 1, Fig 8)", "~1.9-2.2",
+                  "95% interval of mean c_high within [1.9, 2.2]", bapo_off),
             bapo_off["c_high"],
             1.9,
             2.2,
         ),
         _in_range(
-            Claim(
-                "BAPO c_low settles near 0.7 (bapo, staleness > 1, Fig 8)",
-                "~0.7",
-                "mean c_low in [0.65, 0.75]",
-            ),
+            claim("BAPO c_low settles near 0.7 (bapo, staleness > 1, Fig 8)", "~0.7",
+                  "95% interval of mean c_low within [0.65, 0.75]", bapo_off),
             bapo_off["c_low"],
             0.65,
             0.75,
         ),
         _in_range(
-            Claim(
-                "BAPO positive contribution (bapo, staleness > 1, Fig 9)",
-                "~0.43-0.46",
-                "mean in [0.43, 0.46]",
-            ),
+            claim("BAPO positive contribution (bapo, staleness > 1, Fig 9)", "~0.43-0.46",
+                  "95% interval within [0.43, 0.46]", bapo_off),
             bapo_off["pos_contrib"],
             0.43,
             0.46,
         ),
         _greater(
-            Claim(
-                "BAPO raises the positive contribution over ppo (staleness > 1, Fig 9)",
-                "bapo > ppo",
-                "mean bapo > ppo",
-            ),
+            claim("BAPO raises the positive contribution over ppo (staleness > 1, Fig 9)",
+                  "bapo > ppo", "95% intervals: bapo above ppo", bapo_off, ppo_off),
             bapo_off["pos_contrib"],
             ppo_off["pos_contrib"],
             ("bapo", "ppo"),
@@ -218,39 +254,38 @@ def claims_table(s: pd.DataFrame) -> pd.DataFrame:
             paper = f"AIME24 4x: {paper}" if k == 4 else "bapo best (Fig 11)"
             claims.append(
                 _greater(
-                    Claim(
-                        f"bapo beats {other} at {k}x (final sampled accuracy, Fig 11)",
-                        paper,
-                        f"mean bapo > {other}",
-                    ),
-                    at("bapo", k, "final_sampled_acc"),
-                    at(other, k, "final_sampled_acc"),
+                    claim(f"bapo beats {other} at {k}x (final sampled accuracy, Fig 11)", paper,
+                          f"95% intervals: bapo above {other}", at("bapo", k), at(other, k)),
+                    at("bapo", k)["final_sampled_acc"],
+                    at(other, k)["final_sampled_acc"],
                     ("bapo", other),
                 )
             )
     claims += [
         _greater(
-            Claim(
-                "Raising c_high slows the entropy drop (clip_0.8_1.5 vs ppo at 4x, Fig 7)",
-                "slower drop",
-                "entropy drop ppo > clip_0.8_1.5",
-            ),
-            at("ppo", 4, "entropy_drop"),
-            at("clip_0.8_1.5", 4, "entropy_drop"),
+            claim("Raising c_high slows the entropy drop (clip_0.8_1.5 vs ppo at 4x, Fig 7)",
+                  "slower drop", "95% intervals: entropy drop of ppo above clip_0.8_1.5",
+                  at("ppo", 4), at("clip_0.8_1.5", 4)),
+            at("ppo", 4)["entropy_drop"],
+            at("clip_0.8_1.5", 4)["entropy_drop"],
             ("ppo", "clip_0.8_1.5"),
         ),
         _greater(
-            Claim(
-                "Lowering c_low speeds the entropy drop (clip_0.5_1.2 vs ppo at 4x, Fig 7)",
-                "faster drop",
-                "entropy drop clip_0.5_1.2 > ppo",
-            ),
-            at("clip_0.5_1.2", 4, "entropy_drop"),
-            at("ppo", 4, "entropy_drop"),
+            claim("Lowering c_low speeds the entropy drop (clip_0.5_1.2 vs ppo at 4x, Fig 7)",
+                  "faster drop", "95% intervals: entropy drop of clip_0.5_1.2 above ppo",
+                  at("clip_0.5_1.2", 4), at("ppo", 4)),
+            at("clip_0.5_1.2", 4)["entropy_drop"],
+            at("ppo", 4)["entropy_drop"],
             ("clip_0.5_1.2", "ppo"),
         ),
     ]
     return pd.DataFrame([c.__dict__ for c in claims])
+
+
+def verdict_counts(claims: pd.DataFrame) -> str:
+    """'6 held, 2 not held, 7 not settled' (the kinds present, in VERDICTS order)."""
+    counts = claims["verdict"].value_counts()
+    return ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts) or "no claims"
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -263,46 +298,122 @@ def md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def results_markdown(results: pd.DataFrame) -> pd.DataFrame:
-    """Wide table of formatted 'mean ± half-width (n)' cells, methods in canonical order."""
+def order_cells(df: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """Rows by suite (largest first), experiment (by staleness), then the canonical method
+    order: within one experiment the methods compared side by side."""
+    rank = {m: i for i, m in enumerate(style.method_order(df["method"].unique()))}
+    exps = experiment_order(set(zip(df["experiment"], df["staleness"], strict=True)))
+    keys = {
+        "suite": lambda c: c.map({x: i for i, x in enumerate(suites)}),
+        "experiment": lambda c: c.map({x: i for i, x in enumerate(exps)}),
+        "method": lambda c: c.map(rank),
+    }
+    by = [c for c in ("suite", "experiment", "method") if c in df.columns]
+    return df.sort_values(by, key=lambda c: keys[c.name](c), kind="stable").reset_index(drop=True)
+
+
+def _shown_cols(df: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """The suite column only when there is more than one suite."""
+    return df if len(suites) > 1 else df.drop(columns=["suite"], errors="ignore")
+
+
+def results_markdown(results: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """Wide table of formatted 'mean ± half-width (n)' cells, one row per cell."""
     r = results.assign(
         cell=[
             fmt_ci(m, lo, hi, n)
             for m, lo, hi, n in results[["mean", "ci_low", "ci_high", "n"]].itertuples(index=False)
         ]
     )
-    wide = r.pivot(index=["method", "staleness"], columns="metric", values="cell")
+    wide = r.pivot(index=CELL_COLS, columns="metric", values="cell")
     wide = wide[[c for c in RESULT_COLUMNS if c in wide.columns]].rename(columns=RESULT_COLUMNS)
-    order = {m: i for i, m in enumerate(style.method_order(results["method"].unique()))}
-    wide = wide.reset_index()
-    wide = wide.sort_values(
-        ["method", "staleness"], key=lambda c: c.map(order) if c.name == "method" else c
-    )
+    wide = order_cells(wide.reset_index(), suites)
     wide["staleness"] = wide["staleness"].map(style.staleness_label)
-    return wide
+    return _shown_cols(wide, suites)
 
 
-def _search_lines(table: pd.DataFrame) -> list[str]:
+def runs_markdown(summary: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """One row per cell: how many seeds (which) and steps it has."""
+    rows = []
+    for key, g in summary.groupby(CELL_COLS, sort=False):
+        seeds = sorted(g["seed"].astype(int))
+        steps = sorted(set(g["steps_used"].astype(int)))
+        rows.append({**dict(zip(CELL_COLS, key, strict=True)),
+                     "seeds": f"{len(seeds)} ({', '.join(map(str, seeds))})",
+                     "steps": "/".join(map(str, steps))})
+    table = order_cells(pd.DataFrame(rows, columns=[*CELL_COLS, "seeds", "steps"]), suites)
+    table["staleness"] = table["staleness"].map(style.staleness_label)
+    return _shown_cols(table, suites)
+
+
+@dataclass
+class SuiteFigures:
+    """Which figures of one suite were drawn, into which dir (relative to REPORT.md)."""
+
+    suite: str
+    where: str
+    made: list[str]
+    skipped: list[tuple[str, str]]
+
+
+def _search_lines(table: pd.DataFrame, suites: list[str]) -> list[str]:
     """The BAPO search-outcome section (analysis/search_outcomes.py); none when empty."""
     if table.empty:
         return []
-    shown = table.copy()
+    shown = order_cells(table, suites)
     shown["staleness"] = shown["staleness"].map(style.staleness_label)
-    for col in shown.columns[4:]:
+    first = list(shown.columns).index("n") + 1
+    for col in shown.columns[first:]:
         shown[col] = shown[col].map(lambda v: f"{v:.3f}")
     return [
         "## How the BAPO search ended",
         "",
-        "Share of update records (all seeds pooled) by how the bound search ended: `at "
-        "start` (rho >= rho0 at the start bounds), `moved, reached`, `not reached` (the whole "
-        "grid tried, bounds left at the max), `undefined` (no token with A != 0). `rho "
+        "Share of update records (all seeds of a cell pooled) by how the bound search ended: "
+        "`at start` (rho >= rho0 at the start bounds), `moved, reached`, `not reached` (the "
+        "whole grid tried, bounds left at the max), `undefined` (no token with A != 0). `rho "
         "before`/`after`: mean positive contribution before and after the search. Update 0 "
         "of a rollout is on-policy: nothing can be clipped there, so its rho is the batch's "
         "own sign balance.",
         "",
-        md_table(shown),
+        md_table(_shown_cols(shown, suites)),
         "",
     ]
+
+
+def _claims_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
+    lines = [
+        "## Paper claims",
+        "",
+        "A claim is `held` or `not held` only when the 95% intervals settle it: the interval "
+        "lies wholly on one side of the threshold, inside or outside the range, or the two "
+        "compared intervals do not overlap. Otherwise it is `not settled`, whatever the means "
+        "say; the note gives the reason. `no data`: the runs it needs are missing. Rows marked "
+        "'staleness > 1' pool that method's cells above 1x (the experiments column names "
+        "them), so their n counts runs (seeds x staleness levels).",
+        "",
+    ]
+    cols = ["claim", "paper", "measured", "experiments", "criterion", "verdict", "note"]
+    for suite in suites:
+        part = claims[claims["suite"] == suite]
+        if len(suites) > 1:
+            lines += [f"### Suite: {suite}", ""]
+        lines += [f"Verdicts: {verdict_counts(part)}.", ""]
+        if (part["verdict"] == "no data").all():
+            lines += ["No claim has the runs it needs in this suite.", ""]
+            continue
+        lines += [md_table(part[cols]), ""]
+    return lines
+
+
+def _figure_lines(runs: RunSet, figures: list[SuiteFigures]) -> list[str]:
+    lines = ["## Figures", "", *_sampling_lines(runs)]
+    for f in figures:
+        if len(figures) > 1:
+            lines += [f"Suite {f.suite}: in `{f.where}`", ""]
+        lines += [f"- made `{n}`" for n in f.made]
+        lines += [f"- skipped `{n}`: {why}" for n, why in f.skipped]
+        lines += [""]
+    return lines
 
 
 def _sampling_lines(runs: RunSet) -> list[str]:
@@ -326,33 +437,43 @@ def write_report(
     summary: pd.DataFrame,
     out: Path,
     roots: Iterable[str],
-    made: list[str],
-    skipped: list[tuple[str, str]],
+    figures: list[SuiteFigures],
     last_k: int,
 ) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
-    results, claims = results_table(summary), claims_table(summary)
+    suites = runs.suites
+    results = order_cells(results_table(summary), suites)
+    claims = pd.concat(
+        [claims_table(summary[summary["suite"] == suite]).assign(suite=suite) for suite in suites],
+        ignore_index=True,
+    )
+    claims = claims[["suite", *[c for c in claims.columns if c != "suite"]]]
     out.mkdir(parents=True, exist_ok=True)
     results.to_csv(out / "results.csv", index=False)
     claims.to_csv(out / "claims.csv", index=False)
     search = search_outcomes(runs)
     if not search.empty:
+        search = order_cells(search, suites)
         search.to_csv(out / "bapo_search.csv", index=False)
-    counts = summary.pivot_table(
-        index="method", columns="staleness", values="seed", aggfunc="count", fill_value=0
+    several = (
+        [f"The runs form {len(suites)} suites (analysis/cells.py: cells that differ only in "
+         "method, staleness and experiment name can be compared); each has its own figures "
+         "and claims: " + "; ".join(f"`{x}`" for x in suites) + ".", ""]
+        if len(suites) > 1 else []
     )
-    counts = counts.reindex(style.method_order(counts.index))
-    counts.columns = [style.staleness_label(k) for k in counts.columns]
     text = [
         "# Reproduction report",
         "",
         f"Made by `analysis/make_figures.py` from {len(runs.runs)} runs under "
         + ", ".join(f"`{r}`" for r in roots)
-        + ". Every number is computed from the run dirs. `±` is the half-width of a 95% "
-        "Student-t interval over seeds; `n` is the number of seeds.",
+        + ". Every number is computed from the run dirs. A cell is one experiment, one method "
+        "and one value of every config key that changes the numbers; only its seeds are "
+        "pooled. `±` is the half-width of a 95% Student-t interval over seeds; `n` is the "
+        "number of seeds.",
         "",
-        "## Runs (seeds per method and staleness)",
+        *several,
+        "## Runs (one row per cell)",
         "",
-        md_table(counts.reset_index()),
+        md_table(runs_markdown(summary, suites)),
         "",
         "## Results",
         "",
@@ -361,24 +482,11 @@ def write_report(
         f"last {last_k} steps. clip fractions, rho, c_low, c_high: mean over all steps (rho of "
         "bapo-objective runs only; fixed-clip methods show their fixed bounds).",
         "",
-        md_table(results_markdown(results)) if len(results) else "no runs",
+        md_table(results_markdown(results, suites)) if len(results) else "no runs",
         "",
-        "## Paper claims",
-        "",
-        "Rows marked 'staleness > 1' pool every such staleness, so their n counts runs "
-        "(seeds x staleness levels). A claim is held when its criterion is met by the means; "
-        "'no data' when the runs it needs are missing. The note says when the 95% "
-        "interval does not settle the verdict.",
-        "",
-        md_table(claims[["claim", "paper", "measured", "criterion", "verdict", "note"]]),
-        "",
-        *_search_lines(search),
-        "## Figures",
-        "",
-        *_sampling_lines(runs),
-        *[f"- made `{n}`" for n in made],
-        *[f"- skipped `{n}`: {why}" for n, why in skipped],
-        "",
+        *_claims_lines(claims, suites),
+        *_search_lines(search, suites),
+        *_figure_lines(runs, figures),
         "## Data problems",
         "",
         *([f"- {m}" for m in runs.messages] or ["none"]),

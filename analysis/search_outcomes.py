@@ -19,8 +19,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.fig_bounds import is_bapo
-from analysis.loader import RunSet
+from analysis.loader import Run, RunSet
+
+
+def is_bapo(run: Run) -> bool:
+    # Ablations (bapo_official, bapo_value) share the objective; they count alongside.
+    return run.cfg("method.objective") == "bapo" or run.method_name.startswith("bapo")
+
 
 NEEDED = ("bapo_steps", "bapo_reached", "rho_before", "rho", "c_low", "c_high")
 OUTCOMES = ("at start", "moved, reached", "not reached", "undefined")
@@ -49,7 +54,8 @@ def search_outcomes(runs: RunSet) -> pd.DataFrame:
 
 
 def outcome_table(u: pd.DataFrame, ids: set[str]) -> pd.DataFrame:
-    """Per bapo method, staleness and update kind: share of each outcome, mean rho and bounds.
+    """Per cell (suite, experiment, method, staleness) and update kind: share of each
+    outcome, mean rho and bounds.
 
     `u` holds update records with RUN_COLS; `ids` are the bapo-objective runs among them.
     Empty when none of them logged the search fields.
@@ -62,13 +68,14 @@ def outcome_table(u: pd.DataFrame, ids: set[str]) -> pd.DataFrame:
     u["outcome"] = outcome(u)
     u["updates"] = np.where(u["update"] == 0, "0 (on-policy)", "1..k-1 (stale)")
     rows = []
-    for (method, k, kind), g in u.groupby(["method", "staleness", "updates"], sort=True):
+    cell = [c for c in ("suite", "experiment", "method", "staleness") if c in u.columns]
+    for key, g in u.groupby([*cell, "updates"], sort=True):
         shares = g["outcome"].value_counts(normalize=True)
         rows.append(
             {
-                "method": method,
-                "staleness": int(k),
-                "updates": kind,
+                **dict(zip(cell, key[:-1], strict=True)),
+                "staleness": int(g["staleness"].iat[0]),
+                "updates": key[-1],
                 "n": len(g),
                 **{o: float(shares.get(o, 0.0)) for o in OUTCOMES},
                 "rho before": float(pd.to_numeric(g["rho_before"], errors="coerce").mean()),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -69,6 +70,17 @@ def staleness_dashes(values: Iterable[int]) -> dict[int, str | tuple[float, ...]
     for v in sorted(set(int(x) for x in values) - set(dashes)):
         dashes[v] = _EXTRA_DASHES[v % len(_EXTRA_DASHES)]
     return dashes
+
+
+def staleness_palette(values: Iterable[int]) -> dict[int, str]:
+    """Colour per staleness, dark (fresh) to light (stale) on viridis, fixed by log2(k) so a
+    level keeps its colour whichever others are plotted (1x, 2x, 4x, 8x spread over it)."""
+    cmap = plt.get_cmap("viridis")
+    out = {}
+    for k in sorted(set(int(x) for x in values)):
+        position = min(math.log2(max(k, 1)) / 3.0 * 0.85, 0.92)  # past 0.92: too pale
+        out[k] = matplotlib.colors.to_hex(cmap(position))
+    return out
 
 
 def method_order(methods: Iterable[str]) -> list[str]:

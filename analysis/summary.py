@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.fig_bounds import is_bapo
 from analysis.fig_final import final_evals
 from analysis.loader import RUN_COLS, RunSet
+from analysis.search_outcomes import is_bapo
 
 # Step metrics averaged over all of a run's complete steps.
 MEAN_OVER_STEPS = {

@@ -9,7 +9,7 @@ of whole responses (each response with all its tokens, in every update that used
 one Parquet file, `tokens/sampled.parquet`. Checkpoints are left out. The analysis loader
 reads the result like any run dir, so
 
-    python analysis/make_figures.py --runs experiments/results
+    python analysis/make_figures.py --runs experiments/results --out figures
 
 redraws the committed figures. Token-level panels then see the sampled responses only:
 shares, medians and scatter shapes are estimates from that sample; every metric and

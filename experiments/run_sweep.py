@@ -2,9 +2,11 @@
 
     python experiments/run_sweep.py main [--dry-run] [-- extra overrides]
 
-Runs go to runs/<experiment>/<method>/seed<N>/; finished ones are skipped, unfinished ones
-resume. Runs execute one after another in one process: on 2 cores one process with 2
-threads beats two with 1, and the imports are paid once.
+Runs go to runs/<experiment>/<method>/seed<N>/ (extra overrides that change the numbers
+add a dir level naming them); finished ones are skipped, unfinished ones resume, in both
+cases only if made with the same config. Every job is checked before the first starts.
+Runs execute one after another in one process: on 2 cores one process with 2 threads
+beats two with 1, and the imports are paid once.
 """
 
 from __future__ import annotations

@@ -52,6 +52,17 @@ def save_checkpoint(directory: Path, state: TrainState, model, optimizer, schedu
     return final
 
 
+def prune_finished(directory: Path, keep_final: bool) -> None:
+    """A finished run needs no checkpoint to be skipped, analysed or verified: keep the last
+    one (to continue training from it) or, with keep_final=False, none."""
+    keep = list_checkpoints(directory)[-1:] if keep_final else []
+    for path in list_checkpoints(directory):
+        if path not in keep:
+            path.unlink()
+    if not keep and directory.exists() and not any(directory.iterdir()):
+        directory.rmdir()
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
     if not directory.exists():
         return []

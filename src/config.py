@@ -138,7 +138,10 @@ class EvalConfig:
 @dataclass
 class CheckpointConfig:
     every: int = 10
-    keep: int = 2
+    keep: int = 2  # newest checkpoints kept while the run goes on
+    # A finished run needs no checkpoint to be skipped, analysed or verified; true keeps
+    # its last one (to continue training from it), false deletes them all.
+    keep_final: bool = True
 
 
 @dataclass
@@ -276,6 +279,7 @@ def _check_rest(c: Config) -> None:
              f"must be null or bfloat16, got {c.model.autocast!r}")
     from src.tasks import TASKS  # late: the task registry imports task modules
     _require(c.task.name in TASKS, "task.name", f"must be one of {sorted(TASKS)}, got {c.task.name!r}")
+    _check_task_params(c)
     from src.tasks.rewards import REWARD_SOURCES
     _require(c.task.reward in REWARD_SOURCES, "task.reward",
              f"must be one of {list(REWARD_SOURCES)}, got {c.task.reward!r}")
@@ -297,10 +301,26 @@ def _check_rest(c: Config) -> None:
              f"must be cpu, cuda[:N] or auto, got {c.device!r}")
 
 
+def _check_task_params(c: Config) -> None:
+    """Task parameters, checked without reading any data (tasks/*.check_params)."""
+    from src.tasks import TASKS  # late: the task registry imports task modules
+
+    task = TASKS.get(c.task.name)
+    check = getattr(task, "check_params", None)
+    if check is None:
+        return
+    try:
+        check(**dict(c.task.params))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+
+
 def validate(cfg: DictConfig | dict) -> Config:
     """Typed, checked config. Raises ConfigError naming the first bad key."""
     raw = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
     raw = OmegaConf.masked_copy(raw, [k for k in raw if k != "hydra"]) if "hydra" in raw else raw
+    if isinstance(raw.get("resume"), bool):  # Hydra reads `resume=true` as a bool
+        raw = OmegaConf.merge(raw, {"resume": "true" if raw.resume else "false"})
     try:
         typed = OmegaConf.merge(OmegaConf.structured(Config), raw)
         config: Config = OmegaConf.to_object(typed)

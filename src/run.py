@@ -1,7 +1,9 @@
 """Entry point: `python -m src.run experiment=staleness_4x method=bapo`.
 
 Config problems exit with code 2 and one line naming the key, before Hydra makes a run
-dir. A finished run dir is skipped, an unfinished one resumes from its last checkpoint.
+dir (src/preflight.py checks every job of a multirun first). A finished run dir is
+skipped and an unfinished one resumes from its last checkpoint, but only when it was made
+with the same config (src/run_dir.py). A run ends with a summary of its numbers.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -22,14 +23,16 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from src.config import Config, ConfigError, to_container, validate
+from src.run_dir import register_resolver
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+register_resolver()  # ${run_tag:...} in conf/config.yaml's run dir
 EXIT_CONFIG = 2
 EXIT_NUMERIC = 3
-_HYDRA_FLAGS = ("-m", "--multirun", "--help", "-h", "--hydra-help", "--cfg", "-c", "--info",
-                "--resolve", "--package", "-p", "--shell-completion", "-sc", "--version",
-                "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
-                "--experimental-rerun")
+_HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--resolve",
+                     "--package", "-p", "--shell-completion", "-sc", "--version",
+                     "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+                     "--experimental-rerun")
 _VERSIONED = ("torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy",
               "pandas", "pyarrow", "wandb", "reasoning-gym", "vllm", "trl")
 
@@ -39,31 +42,15 @@ def config_exit(message: str) -> None:
     sys.exit(EXIT_CONFIG)
 
 
-def preflight(overrides: list[str]) -> None:
-    """Compose and validate before Hydra creates anything on disk."""
-    from hydra import compose, initialize_config_dir
+def preflight(args: list[str]) -> None:
+    """Compose and check every job before Hydra creates anything on disk."""
+    from src.preflight import MULTIRUN_FLAGS, check_run
 
+    multirun = any(a in MULTIRUN_FLAGS for a in args)
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
-        validate(cfg)
+        check_run([a for a in args if a not in MULTIRUN_FLAGS], multirun)
     except ConfigError as e:
         config_exit(str(e))
-    except Exception as e:  # Hydra's own errors: unknown group option, typo'd key, bad syntax
-        config_exit(_hydra_message(str(e)))
-
-
-def _hydra_message(text: str) -> str:
-    """Hydra's multi-line errors as one line that starts with the key."""
-    text = " ".join(text.split("Config search path")[0].split())
-    missing = re.search(r"Could not find '([\w/]+)/([^']+)'.*?Available options in '[\w/]+': (.*)", text)
-    if missing:
-        group, option, choices = missing.groups()
-        return f"{group.replace('/', '.')}: unknown option {option!r}; choose one of: {choices.strip()}"
-    typo = re.search(r"Could not override '([^']+)'", text)
-    if typo:
-        return f"{typo.group(1)}: no such key; check the spelling (`--cfg job` lists every key)"
-    return text
 
 
 def _git_commit() -> str | None:
@@ -86,9 +73,18 @@ def _versions() -> dict[str, str]:
 
 
 def prepare_run_dir(cfg: Config, run_dir: Path) -> str:
-    """'fresh', 'resume' or 'skip'. Never deletes data: overwrite moves the old dir aside."""
+    """'fresh', 'resume' or 'skip'. Never deletes data: overwrite moves the old dir aside.
+
+    A run dir made with another config (any key that changes the numbers) is never skipped
+    or resumed into: that is a config error (src/preflight.py).
+    """
+    from src.preflight import check_existing_run
     from src.telemetry import read_status
 
+    try:
+        check_existing_run(cfg, run_dir)
+    except ConfigError as e:
+        config_exit(str(e))
     status = read_status(run_dir)
     has_data = (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
     if cfg.overwrite and has_data:
@@ -99,13 +95,11 @@ def prepare_run_dir(cfg: Config, run_dir: Path) -> str:
         return "fresh"
     if status and status.get("status") == "finished":
         return "skip"
-    if has_data and cfg.resume == "false":
-        config_exit(f"resume=false but {run_dir} holds an unfinished run; pass resume=true to "
-                    "continue it or overwrite=true to move it aside and start fresh")
     return "resume" if has_data else "fresh"
 
 
-def execute(cfg: Config, run_dir: Path) -> str:
+def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> str:
+    """Run (or skip, or resume) one run in `run_dir`; `overrides` are recorded in meta.json."""
     import torch
 
     from src.build import (
@@ -117,13 +111,14 @@ def execute(cfg: Config, run_dir: Path) -> str:
         pick_device,
         prompt_formatter,
     )
-    from src.checkpoint import TrainState, load_latest, restore
-    from src.telemetry import RunWriter, now_iso
+    from src.checkpoint import TrainState, load_latest, prune_finished, restore
+    from src.telemetry import RunWriter, display_path, now_iso, summary_lines
     from src.trainer import NumericFault, Trainer
 
     mode = prepare_run_dir(cfg, run_dir)
     if mode == "skip":
-        print(f"{run_dir} already finished; skipping (overwrite=true reruns it)")
+        print(f"{display_path(run_dir)} already finished; skipping (overwrite=true reruns it)")
+        print("\n".join(summary_lines(run_dir)))
         return "skipped"
     torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(cfg.seed)
@@ -152,9 +147,10 @@ def execute(cfg: Config, run_dir: Path) -> str:
     meta = {"git_commit": _git_commit(), "versions": _versions(), "device": str(device),
             "cpu": platform.processor() or platform.machine(), "threads": cfg.train.threads,
             "start_time": started, "method": cfg.method.name, "experiment": cfg.experiment.name,
-            "staleness": cfg.train.staleness,
-            "staleness_mode": cfg.train.staleness_mode, "seed": cfg.seed, "warm_start": info.get("path"),
-            "resumed_at_step": state.step if payload is not None else None}
+            "staleness": cfg.train.staleness, "staleness_mode": cfg.train.staleness_mode,
+            "seed": cfg.seed, "warm_start": info.get("path"),
+            "resumed_at_step": state.step if payload is not None else None,
+            "overrides": list(overrides) if overrides is not None else None}
     writer = RunWriter(run_dir, config_dict, meta, wandb_run=wandb_run,
                        resume_at_step=state.step if payload is not None else -1)
     writer.last_step = state.step - 1 if state.step else None
@@ -185,19 +181,22 @@ def execute(cfg: Config, run_dir: Path) -> str:
     writer.write_meta(meta)
     writer.set_status("finished")
     writer.close()
-    print(f"finished: {run_dir}")
+    prune_finished(run_dir / "checkpoints", keep_final=cfg.checkpoint.keep_final)
+    print("\n".join(summary_lines(run_dir)))
     return "finished"
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+# An absolute path: Hydra finds conf/ whether this runs as `python -m src.run` or in-process.
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(raw: DictConfig) -> str:
     try:
         cfg = validate(raw)
     except ConfigError as e:
         config_exit(str(e))
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        return execute(cfg, run_dir)
+        return execute(cfg, run_dir, overrides=list(hydra_cfg.overrides.task))
     except SystemExit:
         raise
     except Exception:
@@ -207,8 +206,9 @@ def hydra_main(raw: DictConfig) -> str:
 
 def main() -> None:
     args = sys.argv[1:]
-    if not any(a.split("=")[0] in _HYDRA_FLAGS for a in args):
-        preflight([a for a in args if not a.startswith("hydra.")])
+    # --help, --cfg and friends run nothing; -m/--multirun is checked job by job.
+    if not any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in args):
+        preflight(args)
     hydra_main()
 
 

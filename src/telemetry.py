@@ -58,6 +58,68 @@ def read_status(run_dir: Path) -> dict | None:
         return None
 
 
+def summary_lines(run_dir: Path, last_k: int = 5) -> list[str]:
+    """The end-of-run block: held-out accuracy, reward, wall time, where it is, what next.
+
+    Read back from the run dir, so a resumed or skipped run reports the whole run.
+    """
+    import yaml
+
+    run_dir = Path(run_dir)
+    records = []
+    if (run_dir / "metrics.jsonl").exists():
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    steps = [r for r in records if r.get("kind") == "step"]
+    evals = [r for r in records if r.get("kind") == "eval"]
+    try:
+        meta = json.loads((run_dir / "meta.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        meta = {}
+    try:
+        samples = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {})["eval"]["samples"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        samples = None
+
+    def fmt(value: Any) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    lines = [f"finished: {display_path(run_dir)}"]
+    if evals:
+        last = evals[-1]
+        sampled = f"sampled {fmt(last.get('sampled_accuracy'))}"
+        if samples is not None and last.get("sampled_accuracy") is not None:
+            sampled += f" ({samples} samples per problem)"
+        lines.append(f"  held-out accuracy after step {last['step']}, {last.get('n_problems')} "
+                     f"problems: greedy {fmt(last.get('greedy_accuracy'))}, {sampled}")
+    if steps:
+        tail = [r["reward_mean"] for r in steps[-last_k:] if r.get("reward_mean") is not None]
+        if tail:
+            lines.append(f"  final reward: {sum(tail) / len(tail):.3f} (mean reward_mean of the "
+                         f"last {len(tail)} steps)")
+    if meta.get("wall_time_s") is not None:
+        lines.append(f"  training wall time: {meta['wall_time_s']:.1f} s")
+    lines.append(f"  next: python analysis/make_figures.py --runs {_runs_root(run_dir)}")
+    return lines
+
+
+def display_path(path: Path) -> Path:
+    """`path` relative to the working dir when it lies inside it (Hydra passes it absolute)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
+def _runs_root(run_dir: Path) -> Path:
+    """The top dir of a run dir inside the working dir (`runs`), else the run dir itself."""
+    shown = display_path(run_dir)
+    return Path(shown.parts[0]) if not shown.is_absolute() and shown.parts else shown
+
+
 class RunWriter:
     """Writes one run dir. `resume_at_step` drops rows a checkpoint does not cover."""
 

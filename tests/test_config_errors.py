@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from src import run as run_module
-from tests.conftest import REPO
+from tests.conftest import REPO, compose
 
 BAD_CONFIGS = [
     (["train.staleness=0"], "train.staleness"),
@@ -37,6 +41,11 @@ BAD_CONFIGS = [
     (["logger.token_fraction=0"], "logger.token_fraction"),
     (["rollout.temperature=0"], "rollout.temperature"),
     (["model.sft.stepz=3"], "model.sft"),
+    (["task.params.max_terms=1"], "task.params.max_terms"),
+    (["task.params.min_terms=1"], "task.params.min_terms"),
+    (["task.params.nonsense=1"], "task.params"),
+    (["method.bapo.rho0=0.3"], "method.bapo.rho0"),  # a bapo key under the default ppo
+    (["resume=maybe"], "resume"),
 ]
 
 
@@ -64,3 +73,87 @@ def test_cli_process_exit_code(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "config error: method.bapo.rho0 must be in (0, 1), got 2.0"
     assert not run_dir.exists()
+
+
+def _cli(args, tmp_path, env=None):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "src.run", *args, f"hydra.run.dir={run_dir}",
+                           f"cache_dir={tmp_path / 'cache'}"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert not run_dir.exists() and not (tmp_path / "cache").exists()
+    return proc
+
+
+def test_a_key_of_another_method_names_the_methods_that_own_it(tmp_path):
+    proc = _cli(["method.bapo.rho0=0.3"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "config error: method.bapo.rho0: not a key of method=ppo; it belongs to method=bapo "
+        "(also bapo_official, bapo_value); select it with method=bapo")
+    proc = _cli(["method=bapo", "method.q=0.3"], tmp_path)
+    assert proc.stderr.strip() == (
+        "config error: method.q: not a key of method=bapo; it belongs to method=top_entropy; "
+        "select it with method=top_entropy")
+    proc = _cli(["method=bapo", "method.bapo.rho00=0.3"], tmp_path)
+    assert proc.stderr.strip().endswith("method.bapo.rho00: no such key; check the spelling "
+                                        "(`--cfg job` lists every key)")
+
+
+def test_resume_true_as_the_readme_writes_it():
+    assert compose(["resume=true"]).resume == "true"
+    assert compose(["resume=false"]).resume == "false"
+    assert compose([]).resume == "auto"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_is_a_config_error(tmp_path):
+    proc = _cli(["device=cuda"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("config error: device=cuda: torch ")
+    assert "sees no CUDA device on this machine; use device=cpu" in proc.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
+def test_vllm_without_the_package_is_a_config_error(tmp_path):
+    proc = _cli(["rollout=vllm"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("config error: rollout.backend=vllm needs the vllm")
+
+
+def test_dataset_task_without_data_says_where_to_put_it(tmp_path):
+    # Offline: the hub answers at once instead of after its retries.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    proc = _cli(["task=gsm8k", "task.params.scorer=simple"], tmp_path, env)
+    assert proc.returncode == 2
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("config error: task.params.train_source='openai/gsm8k'"), err
+    assert err.endswith("e.g. data/gsm8k/train.jsonl, and set "
+                        "task.params.train_source=data/gsm8k/train.jsonl"), err
+    missing = tmp_path / "nope.jsonl"
+    proc = _cli(["task=math500", f"task.params.train_source={missing}",
+                 "task.params.scorer=simple"], tmp_path, env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith(
+        f"config error: task.params.train_source={str(missing)!r}: no such file; without a "
+        "network, put the train split in a local .jsonl/.json/.parquet file (rows with fields "
+        "problem, answer, solution)")
+
+
+def test_hf_model_from_a_dir_as_the_readme_writes_it(tmp_path, smoke_overrides):
+    """`model.kind=hf model.path=<dir>`: here the dir is a warm start saved by HF."""
+    from src.run import execute
+    from tests.test_e2e import read_metrics
+
+    tiny = tmp_path / "tiny"
+    assert execute(compose([*smoke_overrides, "train.steps=1"]), tiny) == "finished"
+    saved = json.loads((tiny / "meta.json").read_text())["warm_start"]
+    cfg = compose([*smoke_overrides, "model.kind=hf", f"model.path={saved}", "train.steps=1"])
+    assert cfg.model.kind == "hf" and cfg.model.path == saved
+    assert execute(cfg, tmp_path / "hf") == "finished"
+    metrics = read_metrics(tmp_path / "hf")
+    assert [r["step"] for r in metrics["step"]] == [0]
+    assert [r["step"] for r in metrics["eval"]] == [0, 1]
+    # The HF-loaded copy of the warm start scores what the warm start itself scores before
+    # training (same weights, same held-out problems, same eval seed).
+    assert metrics["eval"][0] == read_metrics(tiny)["eval"][0]

@@ -68,6 +68,8 @@ def test_smoke_run_dir_is_complete(smoke_runs, method):
         assert record.keys() >= STEP_KEYS, STEP_KEYS - record.keys()
     parts = sorted((run_dir / "tokens").glob("step_*.parquet"))
     assert [p.name for p in parts] == [f"step_{s:06d}.parquet" for s in range(3)]
+    # checkpoint.every=2 kept steps 2 and 3 while running; finished, only the last is left.
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_000003.pt"]
     tokens = pd.concat(pq.read_table(p).to_pandas() for p in parts)
     assert list(tokens.columns) == TOKEN_SCHEMA.names
     assert not tokens.select_dtypes("number").isna().any().any()
@@ -128,8 +130,32 @@ def test_cli_runs_and_skips_finished(tmp_path, smoke_overrides):
     first = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-2000:]
     assert json.loads((run_dir / "status.json").read_text())["status"] == "finished"
+    # The run ends with one summary block, every number read back from its run dir.
+    metrics = read_metrics(run_dir)
+    last_eval, (step,) = metrics["eval"][-1], metrics["step"]
+    wall = json.loads((run_dir / "meta.json").read_text())["wall_time_s"]
+    block = [
+        f"finished: {run_dir}",
+        f"  held-out accuracy after step 1, 8 problems: greedy "
+        f"{last_eval['greedy_accuracy']:.3f}, sampled {last_eval['sampled_accuracy']:.3f} "
+        "(4 samples per problem)",
+        f"  final reward: {step['reward_mean']:.3f} (mean reward_mean of the last 1 steps)",
+        f"  training wall time: {wall:.1f} s",
+        f"  next: python analysis/make_figures.py --runs {run_dir}",
+    ]
+    out = first.stdout.splitlines()
+    assert out[-len(block):] == block, first.stdout[-2000:]
     again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "already finished; skipping" in again.stdout
+    assert again.stdout.splitlines()[-len(block):] == block
+
+
+def test_keep_final_false_leaves_no_checkpoint(tmp_path, smoke_overrides):
+    run_dir = run_smoke(tmp_path, [*smoke_overrides, "checkpoint.keep_final=false"], "none")
+    assert not (run_dir / "checkpoints").exists()
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "finished"
+    # Skipping it again needs nothing more than its logs.
+    assert execute(compose([*smoke_overrides, "checkpoint.keep_final=false"]), run_dir) == "skipped"
 
 
 def test_wandb_logger_stays_offline(tmp_path, smoke_overrides, monkeypatch):
@@ -145,8 +171,13 @@ def test_multirun_sweeps_methods_into_their_run_dirs(tmp_path, smoke_overrides):
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for method in ("ppo", "top_entropy"):
-        status = json.loads((tmp_path / "smoke" / method / "seed0" / "status.json").read_text())
+        # The tiny-model overrides change the numbers, so they name a dir level of their
+        # own: too long to spell out, so a hash, with the overrides listed in meta.json.
+        (run_dir,) = (tmp_path / "smoke" / method).glob("overrides-*/seed0")
+        status = json.loads((run_dir / "status.json").read_text())
         assert status["status"] == "finished"
+        meta = json.loads((run_dir / "meta.json").read_text())
+        assert f"method={method}" in meta["overrides"] and "train.steps=1" in meta["overrides"]
 
 
 def test_tiny_model_yaml_mirrors_code_defaults():

@@ -186,9 +186,17 @@ def test_generate_is_seeded_and_prompt_major(tok):
 # --- warm start ----------------------------------------------------------------------
 
 
-def test_warm_start_caches_and_reuses(task, tmp_path):
+def test_warm_start_caches_and_reuses(task, tmp_path, capsys):
     m1, t1, info1 = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path, seed=0, progress=False)
     assert info1["cache_hit"] is False
+    # One line before the build: once, where it is cached, what it costs (from the config).
+    m_cfg, s_cfg = resolve_configs(TINY_MODEL, TINY_SFT)
+    assert capsys.readouterr().out.splitlines() == [
+        f"warm start: building it once (tokenizer on {m_cfg['tokenizer_corpus']} texts, "
+        f"{TINY_SFT['steps']} SFT steps of {TINY_SFT['batch_size']} sequences, eval on "
+        f"{TINY_SFT['eval_problems']} problems); cached in {tmp_path / info1['key']} for every "
+        "later run with this task and model"
+    ]
     entry = tmp_path / info1["key"]
     assert info1["path"] == str(entry)
     assert (entry / "info.json").is_file() and (entry / "config.json").is_file()
@@ -202,6 +210,7 @@ def test_warm_start_caches_and_reuses(task, tmp_path):
 
     m2, t2, info2 = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path, seed=0, progress=False)
     assert info2["cache_hit"] is True and info2["key"] == info1["key"]
+    assert capsys.readouterr().out == ""  # a cache hit builds nothing and says nothing
     assert (entry / "info.json").stat().st_mtime_ns == mtime
     assert _weights_equal(m1, m2)
     assert t2("3+4=?\n")["input_ids"] == t1("3+4=?\n")["input_ids"]
@@ -218,6 +227,16 @@ def test_warm_start_caches_and_reuses(task, tmp_path):
     _, _, info3 = warm_start(task, TINY_MODEL, other_sft, tmp_path, seed=0, progress=False)
     assert info3["cache_hit"] is False and info3["key"] != info1["key"]
     assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_build_notice_states_the_measured_default_time_only_for_the_default(tmp_path):
+    from src.models.warm_start import MEASURED_DEFAULT_BUILD, build_notice
+
+    default = build_notice(tmp_path, *resolve_configs({}, {}))
+    assert default.startswith("warm start: building it once (tokenizer on 20000 texts, 350 SFT "
+                              "steps of 32 sequences, eval on 256 problems; ")
+    assert MEASURED_DEFAULT_BUILD in default
+    assert MEASURED_DEFAULT_BUILD not in build_notice(tmp_path, *resolve_configs(TINY_MODEL, TINY_SFT))
 
 
 def test_warm_start_is_deterministic(task, tmp_path):

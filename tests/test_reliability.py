@@ -83,7 +83,8 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
         assert _strip_times(a[kind]) == _strip_times(b[kind]), kind
     token_parts = sorted(p.name for p in (crashed / "tokens").glob("*.parquet"))
     assert token_parts == [f"step_{s:06d}.parquet" for s in range(5)]
-    assert len(list((crashed / "checkpoints").glob("*.pt"))) == 2  # keep=2
+    # keep=2 while it ran; once finished only the final checkpoint is left (keep_final).
+    assert sorted(p.name for p in (crashed / "checkpoints").glob("*.pt")) == ["step_000005.pt"]
     # ...and the resumed run whole: every step once, the same numbers as the reference.
     resumed_steps = load_runs([crashed]).steps
     assert resumed_steps["step"].tolist() == list(range(5))

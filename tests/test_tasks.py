@@ -104,7 +104,7 @@ def test_difficulty_mix_and_config_checks():
     assert all(len(t) == 1 for i in range(50) for t in one_digit.problem(i).prompt[:-3].split("+"))
     two_digit = get_task("arithmetic", max_digits=2)
     assert any(len(t) == 2 for i in range(50) for t in two_digit.problem(i).prompt[:-3].split("+"))
-    with pytest.raises(ValueError, match="task.mix"):
+    with pytest.raises(ValueError, match="task.params.mix"):
         get_task("arithmetic", mix=[1, 2])
     with pytest.raises(ValueError, match="min_terms"):
         get_task("arithmetic", min_terms=1)

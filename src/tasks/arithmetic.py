@@ -22,6 +22,7 @@ draws reject the rest, so no held-out question is ever trained on.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import random
 import re
 from collections.abc import Sequence
@@ -77,30 +78,42 @@ class ArithmeticTask:
                 mix); None means uniform.
             eval_fraction: share of the problem space reserved for the held-out stream.
         """
-        if not 2 <= min_terms <= max_terms:
+        if min_terms < 2:
+            raise ValueError(f"task.params.min_terms must be >= 2, got {min_terms}")
+        if max_terms < min_terms:
             raise ValueError(
-                f"task.min_terms and task.max_terms need 2 <= min_terms <= max_terms, "
-                f"got {min_terms} and {max_terms}"
+                f"task.params.max_terms must be >= task.params.min_terms ({min_terms}), "
+                f"got {max_terms}"
             )
         if not 1 <= max_digits <= 6:
-            raise ValueError(f"task.max_digits must be in [1, 6], got {max_digits}")
+            raise ValueError(f"task.params.max_digits must be in [1, 6], got {max_digits}")
         n_levels = max_terms - min_terms + 1
         weights = [1.0] * n_levels if mix is None else [float(w) for w in mix]
         if len(weights) != n_levels:
             raise ValueError(
-                f"task.mix needs one weight per term count {min_terms}..{max_terms} "
+                f"task.params.mix needs one weight per term count {min_terms}..{max_terms} "
                 f"({n_levels} weights), got {len(weights)}"
             )
         if any(w < 0 for w in weights) or sum(weights) <= 0:
-            raise ValueError(f"task.mix weights must be >= 0 with a positive sum, got {weights}")
+            raise ValueError(f"task.params.mix weights must be >= 0 with a positive sum, got {weights}")
         if not 0.0 < eval_fraction < 0.5:
-            raise ValueError(f"task.eval_fraction must be in (0, 0.5), got {eval_fraction}")
+            raise ValueError(f"task.params.eval_fraction must be in (0, 0.5), got {eval_fraction}")
         self.seed = int(seed)
         self.min_terms = int(min_terms)
         self.max_terms = int(max_terms)
         self.max_digits = int(max_digits)
         self.mix = weights
         self.eval_fraction = float(eval_fraction)
+
+    @classmethod
+    def check_params(cls, **params: Any) -> None:
+        """Raise the error the constructor would (it reads nothing, so it just runs)."""
+        valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+        unknown = sorted(set(params) - set(valid))
+        if unknown:
+            raise TypeError(f"task.params: unknown key(s) {unknown} for task {cls.name!r}; "
+                            f"valid keys: {valid}")
+        cls(**params)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -153,7 +166,7 @@ class ArithmeticTask:
                 return p
         raise RuntimeError(  # only reachable with a tiny problem space
             f"could not draw a {stream} problem for index {index}; the problem space "
-            "is too small for task.eval_fraction (raise max_digits or max_terms)"
+            "is too small for task.params.eval_fraction (raise task.params.max_digits or max_terms)"
         )
 
     # --- Task protocol ------------------------------------------------------------------

@@ -46,12 +46,16 @@ def _looks_local(source: str) -> bool:
 
 
 def read_rows(source: str, *, config: str | None = None, split: str = "train",
-              key: str = "task.params.train_source") -> list[dict[str, Any]]:
-    """Rows of a local .jsonl/.json/.parquet file, or of an HF hub dataset split."""
+              key: str = "task.params.train_source", hint: str = "") -> list[dict[str, Any]]:
+    """Rows of a local .jsonl/.json/.parquet file, or of an HF hub dataset split.
+
+    `hint` (where a local file would go) ends the message when the source cannot be read.
+    """
+    hint = f"; {hint}" if hint else ""
     if _looks_local(source):
         path = Path(source).expanduser()
         if not path.is_file():
-            raise FileNotFoundError(f"{key}={source!r}: no such file")
+            raise FileNotFoundError(f"{key}={source!r}: no such file{hint}")
         if path.suffix == ".jsonl":
             with path.open(encoding="utf-8") as f:
                 return [json.loads(line) for line in f if line.strip()]
@@ -73,9 +77,13 @@ def read_rows(source: str, *, config: str | None = None, split: str = "train",
     except ImportError:
         raise ImportError(
             f"{key}={source!r} is not a local file, and loading it from the HF hub needs the "
-            "`datasets` package: pip install -e '.[gpu-tasks]' (or point the key at a local "
-            ".jsonl/.json/.parquet file)") from None
-    ds = datasets.load_dataset(source, config, split=split)
+            f"`datasets` package: pip install -e '.[gpu-tasks]'{hint}") from None
+    try:
+        ds = datasets.load_dataset(source, config, split=split)
+    except Exception as e:  # offline, unknown name, no access: the hub's many error types
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise FileNotFoundError(f"{key}={source!r} could not be loaded from the HF hub "
+                                f"({type(e).__name__}: {first}){hint}") from None
     return [dict(row) for row in ds]
 
 
@@ -202,16 +210,17 @@ class MathDatasetTask:
         "max_train": None,  # keep only the first N training rows (after the overlap filter)
     }
 
-    def __init__(self, **params: Any) -> None:
-        unknown = sorted(set(params) - set(self.DEFAULTS))
+    @classmethod
+    def check_params(cls, **params: Any) -> dict[str, Any]:
+        """The merged parameters, or the error naming the bad key; reads no data."""
+        unknown = sorted(set(params) - set(cls.DEFAULTS))
         if unknown:
-            raise TypeError(f"task.params: unknown key(s) {unknown} for task {self.name!r}; "
-                            f"valid keys: {sorted(self.DEFAULTS)}")
-        p = {**self.DEFAULTS, **params}
-        self.p = p
+            raise TypeError(f"task.params: unknown key(s) {unknown} for task {cls.name!r}; "
+                            f"valid keys: {sorted(cls.DEFAULTS)}")
+        p = {**cls.DEFAULTS, **params}
         if not p["train_source"]:
             raise ValueError(f"task.params.train_source must name a file or HF dataset for "
-                             f"task {self.name!r}")
+                             f"task {cls.name!r}")
         if p["scorer"] not in SCORERS:
             raise ValueError(f"task.params.scorer must be one of {list(SCORERS)}, got {p['scorer']!r}")
         if p["answer_format"] not in ANSWER_FORMATS:
@@ -221,6 +230,20 @@ class MathDatasetTask:
             raise ValueError("task.params.prompt_template must contain '{question}'")
         if p["eval_source"] is None and not 0.0 < float(p["eval_fraction"]) < 0.5:
             raise ValueError(f"task.params.eval_fraction must be in (0, 0.5), got {p['eval_fraction']}")
+        return p
+
+    def local_file_hint(self, key: str) -> str:
+        """Where to put a split on an offline machine, and what its rows hold."""
+        split = "test" if key.endswith("eval_source") else "train"
+        fields = [self.p[f] for f in ("question_field", "answer_field", "solution_field")]
+        example = f"data/{self.name}/{split}.jsonl"
+        return (f"without a network, put the {split} split in a local .jsonl/.json/.parquet "
+                f"file (rows with fields {', '.join(dict.fromkeys(f for f in fields if f))}), "
+                f"e.g. {example}, and set {key}={example}")
+
+    def __init__(self, **params: Any) -> None:
+        p = self.check_params(**params)
+        self.p = p
         if p["scorer"] == "math_verify":
             try:
                 import math_verify  # noqa: F401
@@ -231,11 +254,13 @@ class MathDatasetTask:
                     "or set task.params.scorer=simple") from None
 
         train_rows = read_rows(p["train_source"], config=p["train_config"],
-                               split=p["train_split"], key="task.params.train_source")
+                               split=p["train_split"], key="task.params.train_source",
+                               hint=self.local_file_hint("task.params.train_source"))
         train = [self._row_to_problem(r, i, "train_source") for i, r in enumerate(train_rows)]
         if p["eval_source"] is not None:
             eval_rows = read_rows(p["eval_source"], config=p["eval_config"],
-                                  split=p["eval_split"], key="task.params.eval_source")
+                                  split=p["eval_split"], key="task.params.eval_source",
+                                  hint=self.local_file_hint("task.params.eval_source"))
             evals = [self._row_to_problem(r, i, "eval_source") for i, r in enumerate(eval_rows)]
             held = {_normalise_question(e.prompt) for e in evals}
             kept = [t for t in train if _normalise_question(t.prompt) not in held]

@@ -145,7 +145,9 @@ def _tokens(
     )
 
 
-def _update_record(t: pd.DataFrame, step: int, j: int, k: int, rng: np.random.Generator) -> dict:
+def _update_record(
+    t: pd.DataFrame, step: int, j: int, k: int, rng: np.random.Generator, bapo: bool = False
+) -> dict:
     a, r = t["advantage"].to_numpy(), t["ratio"].to_numpy()
     clipped = t["clip_state"].to_numpy() != "none"
     live = ~clipped
@@ -153,7 +155,11 @@ def _update_record(t: pd.DataFrame, step: int, j: int, k: int, rng: np.random.Ge
     s_neg = float(np.abs(r * a)[(a < 0) & live].sum())
     nz = int((a != 0).sum())
     share = s_pos / (s_pos + s_neg) if s_pos + s_neg > 0 else None
+    # How a BAPO search ended, by update index: at start, at start, moved, grid max.
+    search = {"bapo_steps": (0, 0, 3, 40)[j % 4], "bapo_reached": j % 4 != 3,
+              "bapo_undefined": False} if bapo else {}
     return {
+        **search,
         "kind": "update",
         "step": step,
         "update": j,
@@ -230,13 +236,16 @@ def write_run(
     crash: bool = False,
     write_tokens: bool = True,
     keep: bool = True,
+    extra_config: dict | None = None,
+    tag: str = "",
 ) -> SynthRun:
     """Write one run dir the way src/trainer.py does: steps 0..steps-1, an eval at step 0
     and after every `evals_every` completed steps (its `step` counts completed steps).
     `crash` leaves step `steps` half-written (updates, token part, no step record) plus a
-    truncated last JSONL line, as a killed trainer would."""
+    truncated last JSONL line, as a killed trainer would. `extra_config` sets dotted config
+    keys (a variant of the run); `tag` adds a dir level so variants do not share a path."""
     objective, c_low, c_high = method_bounds(method)
-    path = Path(root) / f"{experiment}_{staleness}x" / method / f"seed{seed}"
+    path = Path(root) / f"{experiment}_{staleness}x" / method / tag / f"seed{seed}"
     (path / "tokens").mkdir(parents=True, exist_ok=True)
     cfg = {
         "method": {
@@ -244,12 +253,18 @@ def write_run(
             "objective": objective,
             "c_low": c_low,
             "c_high": c_high,
-            "bapo": dict(BAPO_RANGE),
+            "bapo": {**BAPO_RANGE, "rho0": 0.4},
         },
         "experiment": {"name": experiment},
         "train": {"staleness": staleness, "steps": steps},
         "seed": seed,
     }
+    for dotted, value in (extra_config or {}).items():  # e.g. {"method.bapo.rho0": 0.3}
+        node = cfg
+        *parents, last = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
     meta = {
         "git_commit": "synthetic",
@@ -285,7 +300,8 @@ def write_run(
         frac = (step + 1) / steps * math.sqrt(staleness) / 2
         t = _tokens(rng, step, tokens_per_step, staleness, min(frac, 1.0), method, (c_low, c_high))
         ups = [
-            _update_record(t[t["update"] == j], step, j, staleness, rng) for j in range(staleness)
+            _update_record(t[t["update"] == j], step, j, staleness, rng, method.startswith("bapo"))
+            for j in range(staleness)
         ]
         lines += ups
         if write_tokens:

@@ -67,6 +67,36 @@ def test_fig02_staleness(sweep, runset, opts):
         fig_training.fig02_staleness(runset.subset(lambda r: r.method != "ppo"), opts)
 
 
+def test_bands_stay_inside_what_a_metric_can_take(runset, opts):
+    # Two seeds: t(0.975, 1) = 12.706 makes intervals far wider than [0, 1].
+    res = fig_training.fig02_staleness(runset, opts)
+    reward = res.data[res.data["metric"] == "reward_mean"]
+    assert (reward["ci_low"] < 0).any() and (reward["ci_high"] > 1).any()
+    assert reward["band_low"].min() >= 0 and reward["band_high"].max() <= 1
+    inside = (reward["ci_low"] >= 0) & (reward["ci_high"] <= 1)
+    assert (reward.loc[inside, "band_low"] == reward.loc[inside, "ci_low"]).all()
+    norm = res.data[res.data["metric"] == "grad_norm"]
+    assert norm["band_low"].min() >= 0  # no upper limit, but never below 0
+    assert (norm["band_high"] == norm["ci_high"]).all()
+
+
+def test_clip_bands_by_hand():
+    from analysis.plotting import clip_bands
+
+    curves = pd.DataFrame({"metric": ["c_high", "c_high", "reward_mean", "entropy_mean"],
+                           "ci_low": [0.2, 1.5, -0.3, -0.1], "ci_high": [3.6, 2.0, 0.5, 0.4]})
+    out = clip_bands(curves, {"c_high": (1.2, 3.0)})
+    assert out["band_low"].tolist() == [1.2, 1.5, 0.0, 0.0]
+    assert out["band_high"].tolist() == [3.0, 2.0, 0.5, 0.4]
+    assert out["ci_low"].tolist() == curves["ci_low"].tolist()  # the interval itself is kept
+
+
+def test_staleness_colours_are_distinct_and_fixed():
+    pal = style.staleness_palette([1, 2, 4, 8])
+    assert len(set(pal.values())) == 4
+    assert style.staleness_palette([8])[8] == pal[8]  # a level keeps its colour
+
+
 def test_fig04_contribution_and_fig06_length(sweep, runset, opts):
     _, written = sweep
     exp = records(written, "steps", lambda m, k, s: m == "ppo")
@@ -108,6 +138,22 @@ def test_fig08_bapo_bounds(sweep, runset, opts):
     assert ranges.to_dict("records") == [
         {"low_start": 0.6, "low_max": 0.9, "high_start": 1.2, "high_max": 3.0}
     ]
+    # Bands never leave the grid the search can reach.
+    for metric, lo, hi in (("c_high", 1.2, 3.0), ("c_low", 0.6, 0.9)):
+        d = res.data[res.data["metric"] == metric]
+        assert d["band_low"].min() >= lo - 1e-12 and d["band_high"].max() <= hi + 1e-12
+    # How the searches ended, from the written update records (stale updates 1..k-1).
+    ups = records(written, "updates", lambda m, k, s: m == "bapo")
+    stale = ups[ups["update"] > 0]
+    ending = np.where(~stale["bapo_reached"], "not reached",
+                      np.where(stale["bapo_steps"] == 0, "at start", "moved, reached"))
+    exp = pd.crosstab(stale["staleness"], ending, normalize="index")
+    got = res.extra["outcomes"].query("updates == '1..k-1 (stale)'").set_index("staleness")
+    for k in (2, 4):
+        for outcome in ("at start", "moved, reached", "not reached"):
+            want = exp.loc[k, outcome] if outcome in exp.columns else 0.0
+            assert got.loc[k, outcome] == pytest.approx(want)
+    assert got.loc[4, "at start"] == pytest.approx(1 / 3)  # updates 1, 2, 3: one of each
     with pytest.raises(SkipFigure, match="no bapo runs"):
         fig_bounds.fig08_bapo_bounds(runset.subset(lambda r: r.method == "ppo"), opts)
 
@@ -119,6 +165,9 @@ def test_fig09_bapo_vs_ppo(sweep, runset, opts):
     # ppo also ran at 1x, bapo did not: only the shared staleness levels are compared.
     exp = records(written, "steps", lambda m, k, s: m in ("bapo", "ppo") and k in (2, 4))
     assert_curves(res, exp, ["reward_mean", "entropy_mean", "contrib_grad_pos_share", "grad_norm"])
+    assert res.extra["rho0"] == [0.4]  # the reference line, from the bapo runs' config
+    share = res.data[res.data["metric"] == "contrib_grad_pos_share"]
+    assert share["band_low"].min() >= 0 and share["band_high"].max() <= 1
     with pytest.raises(SkipFigure, match="both 'bapo' and 'ppo'"):
         fig_training.fig09_bapo_vs_ppo(runset.subset(lambda r: r.method != "bapo"), opts)
 
@@ -150,6 +199,7 @@ def test_fig10_prob_ratio_entropy(sweep, runset, opts):
     assert set(res.data["staleness"]) == {4}  # every method's highest staleness here
     for method, got in res.data.groupby("method", observed=True):
         tok = tokens(written, lambda m, k, s, method=method: m == method and k == 4)
+        tok = tok[tok["update"] > 0]  # stale updates only: update 0 has every ratio at 1
         p80 = np.quantile(tok["entropy"].astype("float64"), 0.8)
         assert got["entropy_p80"].unique() == pytest.approx([p80])
         # Small runs: every row is drawn, so the dots are exactly the token rows.
@@ -171,6 +221,11 @@ def test_fig11_final_accuracy(sweep, runset, opts):
     got = {(r.method, r.staleness, r.seed, r.metric): r.value for r in res.data.itertuples()}
     assert got == pytest.approx(exp)
     assert (res.data["step"] == 4).all()  # the eval after the last step
+    # The caption states the eval size, samples, seeds and interval, read from the runs.
+    caption = fig_final.eval_caption(runset, fig_final.final_evals(runset))
+    assert caption.startswith("Last eval of each run on 50 held-out problems (greedy: 1 "
+                              "response, sampled: ? per problem).")
+    assert "mean over 1/2 seeds; whiskers: 95% Student-t interval over seeds" in caption
     empty = dataclasses.replace(runset, evals=runset.evals.iloc[0:0])
     with pytest.raises(SkipFigure, match="no eval records"):
         fig_final.fig11_final_accuracy(empty, opts)

@@ -57,56 +57,103 @@ def _summary(rows: list[tuple]) -> pd.DataFrame:
         "c_high",
         "final_sampled_acc",
     ]
-    return pd.DataFrame(rows, columns=cols)
+    s = pd.DataFrame(rows, columns=cols)
+    return s.assign(suite="grid", experiment=[f"staleness_{k}x" for k in s["staleness"]])
 
 
-def test_claim_verdicts_on_hand_made_numbers():
+T2 = 4.303  # t(0.975, df=2): three seeds
+
+
+def test_claim_verdicts_settle_only_on_the_intervals():
     s = _summary(
         [
             # method, k, seed, pos, neg_tok, len+, len-, clip, drop, c_low, c_high, acc
             ("ppo", 1, 0, 0.50, 0.70, 10, 14, 0.00, 0.10, 0.8, 1.2, 0.30),
-            ("ppo", 4, 0, 0.40, 0.80, 10, 12, 0.20, 0.30, 0.8, 1.2, 0.30),
-            ("ppo", 4, 1, 0.36, 0.80, 12, 12, 0.22, 0.32, 0.8, 1.2, 0.34),
-            ("bapo", 4, 0, 0.44, 0.75, 10, 12, 0.10, 0.20, 0.70, 2.00, 0.40),
-            ("bapo", 4, 1, 0.45, 0.75, 10, 12, 0.10, 0.20, 0.72, 2.10, 0.44),
+            ("ppo", 1, 1, 0.50, 0.70, 10, 14, 0.00, 0.10, 0.8, 1.2, 0.30),
+            ("ppo", 1, 2, 0.50, 0.70, 10, 14, 0.00, 0.10, 0.8, 1.2, 0.30),
+            ("ppo", 4, 0, 0.38, 0.80, 10, 20, 0.20, 0.00, 0.8, 1.2, 0.30),
+            ("ppo", 4, 1, 0.39, 0.50, 11, 21, 0.21, 0.30, 0.8, 1.2, 0.31),
+            ("ppo", 4, 2, 0.40, 0.20, 12, 22, 0.22, 0.60, 0.8, 1.2, 0.32),
+            ("bapo", 4, 0, 0.44, 0.75, 10, 12, 0.10, 0.20, 0.50, 2.00, 0.40),
+            ("bapo", 4, 1, 0.45, 0.75, 10, 12, 0.10, 0.20, 0.52, 2.05, 0.41),
+            ("bapo", 4, 2, 0.46, 0.75, 10, 12, 0.10, 0.20, 0.54, 2.10, 0.42),
+            ("clip_higher", 4, 0, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.50),
+            ("clip_higher", 4, 1, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.51),
+            ("clip_higher", 4, 2, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.52),
             ("clip_0.8_1.5", 4, 0, 0.5, 0.7, 10, 12, 0.1, 0.10, 0.8, 1.5, 0.3),
+            ("clip_0.8_1.5", 4, 1, 0.5, 0.7, 10, 12, 0.1, 0.12, 0.8, 1.5, 0.3),
+            ("clip_0.8_1.5", 4, 2, 0.5, 0.7, 10, 12, 0.1, 0.14, 0.8, 1.5, 0.3),
+            ("clip_0.5_1.2", 4, 0, 0.5, 0.7, 10, 12, 0.1, 0.50, 0.5, 1.2, 0.3),  # one seed
         ]
     )
     c = claims_table(s).set_index("claim")
-    row = c.filter(like="Negative tokens carry", axis=0).iloc[0]
-    assert row["value"] == pytest.approx(1 - 0.38) and row["verdict"] == "held"
-    # 0.60, 0.64: mean 0.62, half-width 12.706 * 0.0283 / sqrt 2 = 0.254 > 0.12.
-    assert row["note"] == "95% interval includes the threshold"
-    row = c.filter(like="Negative responses are longer", axis=0).iloc[0]
-    assert row["value"] == pytest.approx(12 - 11) and row["verdict"] == "held"
-    row = c.filter(like="clip fraction", axis=0).iloc[0]
-    assert row["measured"] == "1x: 0.000, 4x: 0.210" and row["verdict"] == "held"
-    row = c.filter(like="c_high settles", axis=0).iloc[0]
-    assert row["value"] == pytest.approx(2.05) and row["verdict"] == "held"
-    assert row["note"] == "95% interval reaches outside the range"  # 2.05 +- 0.635
-    row = c.filter(like="positive contribution (bapo", axis=0).iloc[0]
-    assert row["value"] == pytest.approx(0.445) and row["verdict"] == "held"
-    row = c.filter(like="bapo beats ppo at 4x", axis=0).iloc[0]
-    assert row["value"] == pytest.approx(0.42 - 0.32) and row["verdict"] == "held"
-    assert c.filter(like="bapo beats ppo at 2x", axis=0).iloc[0]["verdict"] == "no data"
-    assert c.filter(like="beats clip_higher", axis=0)["verdict"].eq("no data").all()
-    row = c.filter(like="Raising c_high", axis=0).iloc[0]  # ppo 0.31 > 0.10: slower drop
-    assert row["value"] == pytest.approx(0.21) and row["verdict"] == "held"
-    assert c.filter(like="Lowering c_low", axis=0).iloc[0]["verdict"] == "no data"
+
+    def row(text):
+        return c.filter(like=text, axis=0).iloc[0]
+
+    half = T2 * 0.01 / math.sqrt(3)  # sd 0.01 over three seeds
+    r = row("Negative tokens carry")  # 0.61 +- 0.025: wholly above 0.5
+    assert r["value"] == pytest.approx(0.61) and r["verdict"] == "held"
+    assert r["measured"] == f"0.610 ± {half:.3f} (n=3)"
+    assert r["experiments"] == "staleness_4x"
+    r = row("Negative tokens are most")  # 0.5 +- 0.745: includes the threshold
+    assert r["verdict"] == "not settled" and r["note"] == "95% interval includes the threshold"
+    r = row("Negative responses are longer")  # [18.5, 23.5] vs [8.5, 13.5]
+    assert r["value"] == pytest.approx(10) and r["verdict"] == "held"
+    r = row("clip fraction")  # 4x [0.185, 0.235] vs 1x [0, 0]
+    assert r["verdict"] == "held" and r["note"] == "means monotone"
+    assert r["experiments"] == "staleness_1x, staleness_4x"
+    assert r["measured"] == f"1x: 0.000 ± 0.000, 4x: 0.210 ± {half:.3f} (n=3/3)"
+    r = row("entropy drop under ppo")  # 4x 0.3 +- 0.745 overlaps 1x's 0.1
+    assert r["verdict"] == "not settled"
+    assert r["note"] == "means monotone; 95% intervals at 1x and 4x overlap"
+    r = row("c_high settles")  # 2.05 +- 0.124: inside [1.9, 2.2]
+    assert r["value"] == pytest.approx(2.05) and r["verdict"] == "held"
+    r = row("c_low settles")  # 0.52 +- 0.050: wholly below 0.65
+    assert r["verdict"] == "not held"
+    r = row("positive contribution (bapo")  # 0.45 +- 0.025 reaches below 0.43
+    assert r["verdict"] == "not settled"
+    assert r["note"] == "mean inside the range; its 95% interval reaches out of it"
+    r = row("raises the positive contribution")  # [0.425, 0.475] vs [0.365, 0.415]
+    assert r["value"] == pytest.approx(0.06) and r["verdict"] == "held"
+    r = row("bapo beats ppo at 4x")  # [0.385, 0.435] vs [0.285, 0.335]
+    assert r["value"] == pytest.approx(0.10) and r["verdict"] == "held"
+    r = row("bapo beats clip_higher at 4x")  # [0.385, 0.435] vs [0.485, 0.535]: wholly below
+    assert r["verdict"] == "not held"
+    assert row("bapo beats ppo at 2x")["verdict"] == "no data"
+    r = row("Raising c_high")  # ppo 0.3 +- 0.745 vs 0.12 +- 0.05: a mean-only difference
+    assert r["value"] == pytest.approx(0.18) and r["verdict"] == "not settled"
+    assert r["note"] == "95% intervals overlap (means differ by +0.1800)"
+    r = row("Lowering c_low")  # one seed of clip_0.5_1.2: no interval
+    assert r["verdict"] == "not settled" and r["note"] == "one seed: no interval"
+    assert set(c["verdict"]) <= {"held", "not held", "not settled", "no data"}
+
+
+def test_verdict_counts_name_settled_and_unsettled_apart():
+    from analysis.report import verdict_counts
+
+    claims = pd.DataFrame({"verdict": ["held", "not settled", "held", "no data", "not held"]})
+    assert verdict_counts(claims) == "2 held, 1 not held, 1 not settled, 1 no data"
 
 
 def test_write_report(sweep, runset, tmp_path):
+    from analysis.report import SuiteFigures
+
     summary = run_summary(runset)
-    path, results, claims = write_report(
-        runset, summary, tmp_path, ["runs"], ["fig02_x"], [("fig07_y", "no runs named z")], 5
-    )
+    (suite,) = runset.suites
+    figures = [SuiteFigures(suite, ".", ["fig02_x"], [("fig07_y", "no runs named z")])]
+    path, results, claims = write_report(runset, summary, tmp_path, ["runs"], figures, 5)
     text = path.read_text()
     assert path.name == "REPORT.md" and (tmp_path / "results.csv").exists()
-    assert "| bapo | 4x |" in text and "- skipped `fig07_y`: no runs named z" in text
-    assert set(claims["verdict"]) <= {"held", "not held", "no data"}
+    # Every table names the experiment of each row.
+    assert "| sweep | bapo | 4x |" in text and "- skipped `fig07_y`: no runs named z" in text
+    assert "| experiment | method | staleness | seeds | steps |" in text
+    assert set(claims["verdict"]) <= {"held", "not held", "not settled", "no data"}
+    assert (claims["experiments"].str.len() > 0).any()
     # Every cell of the results table comes from the frame written next to it.
     mean = results.set_index(["method", "staleness", "metric"]).loc[("ppo", 2, "clip_frac")]
     assert f"{mean['mean']:.3f} ± {(mean['ci_high'] - mean['ci_low']) / 2:.3f} (n=2)" in text
+    assert list(results.columns[:4]) == ["suite", "experiment", "method", "staleness"]
 
 
 def test_search_outcomes_counts_each_ending():

@@ -66,6 +66,6 @@ def test_loader_and_report_read_an_export(tmp_path, write_run):
     kept = pq.read_table(out / rel / "tokens" / "sampled.parquet")
     assert len(rows) == kept.num_rows and 0 < len(rows) < len(run.tokens)
 
-    path, _, _ = write_report(runs, run_summary(runs), tmp_path / "fig", ["results"], [], [], 2)
+    path, _, _ = write_report(runs, run_summary(runs), tmp_path / "fig", ["results"], [], 2)
     assert "Token rows of 1 of 1 runs are a seeded sample of whole responses" in path.read_text()
     assert "share kept: 0.5" in path.read_text()

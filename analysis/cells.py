@@ -1,0 +1,168 @@
+"""Which runs are seeds of one cell, and which cells can be compared (a suite).
+
+A cell is one experiment, one method and one value of every config key that can change the
+numbers: only seeds differ inside it. So a 3-step `smoke` run with staleness 2 is never a
+seed of the `staleness_2x` cell, and a `train.lr=1e-4` run never a seed of the default one.
+
+A suite is a set of cells that differ only in what a comparison varies: the method (name
+and parameters), the staleness and the experiment's name. The paper grid
+(staleness_1x..8x, every method, the default config) is one suite; `smoke` is another; a
+calibration sweep at another lr is a third. Figures and claims are drawn per suite.
+
+Inside a suite a method is shown by its name, or, when the suite holds that method with
+several parameter sets (a rho0 sweep), by its name and the parameters that differ:
+`bapo (bapo.rho0=0.3)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from typing import Any
+
+# The keys that change no number (src/run_dir.py NON_NUMERIC_KEYS; a test keeps the two
+# equal, as analysis/ reads the run-dir format only and imports nothing from src/).
+NON_NUMERIC_KEYS = (
+    "resume",
+    "overwrite",
+    "cache_dir",
+    "experiment.description",
+    "logger.backend",
+    "logger.project",
+    "logger.mode",
+    "logger.progress",
+    "checkpoint.every",
+    "checkpoint.keep",
+    "checkpoint.keep_final",
+)
+# What a comparison varies inside one suite.
+COMPARED = ("method", "experiment.name", "train.staleness")
+MAX_SHOWN_KEYS = 3
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def _under(key: str, prefixes: tuple[str, ...]) -> bool:
+    return any(key == p or key.startswith(f"{p}.") for p in prefixes)
+
+
+def numeric_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Every key of a run's config that can change its numbers, seed excluded."""
+    return {k: v for k, v in flatten(cfg).items()
+            if k != "seed" and not _under(k, NON_NUMERIC_KEYS)}
+
+
+def _key(items: dict[str, Any]) -> str:
+    return json.dumps(sorted(items.items()), default=str)
+
+
+def _digest(text: str, n: int = 8) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def cell_key(cfg: dict[str, Any]) -> str:
+    return _key(numeric_config(cfg))
+
+
+def _shown(items: dict[str, Any]) -> str:
+    pairs = [f"{k}={v}" for k, v in sorted(items.items())]
+    extra = f", +{len(pairs) - MAX_SHOWN_KEYS} more" if len(pairs) > MAX_SHOWN_KEYS else ""
+    return ", ".join(pairs[:MAX_SHOWN_KEYS]) + extra
+
+
+def _differing(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per config, the items whose value is not the same in all of `configs`."""
+    keys = set().union(*configs)
+    varying = {k for k in keys if len({json.dumps(c.get(k), default=str) for c in configs}) > 1}
+    return [{k: c.get(k) for k in sorted(varying)} for c in configs]
+
+
+def experiment_order(names_and_staleness: set[tuple[str, int]]) -> list[str]:
+    return [name for name, _ in sorted(names_and_staleness, key=lambda e: (e[1], e[0]))]
+
+
+class Grouping:
+    """Cells and suites of a list of runs (anything with .config, .experiment, .staleness,
+    .method); `assign` writes .cell, .suite, .suite_slug and the display .method."""
+
+    def __init__(self, runs: list[Any]):
+        self.runs = runs
+
+    def assign(self) -> list[str]:
+        """Set each run's cell, suite and method label; returns the suites, largest first."""
+        by_suite: dict[str, list[Any]] = defaultdict(list)
+        numeric = {id(r): numeric_config(r.config) for r in self.runs}
+        for run in self.runs:
+            run.cell = _digest(_key(numeric[id(run)]), 12)
+            rest = {k: v for k, v in numeric[id(run)].items() if not _under(k, COMPARED)}
+            by_suite[_key(rest)].append(run)
+        labels = self._suite_labels(by_suite, numeric)
+        order = sorted(by_suite, key=lambda k: (-len(by_suite[k]), labels[k]))
+        for key in order:
+            for run in by_suite[key]:
+                run.suite = labels[key]
+                run.suite_slug = _slug(labels[key], key)
+            self._method_labels(by_suite[key], numeric)
+        return [labels[k] for k in order]
+
+    @staticmethod
+    def _suite_labels(by_suite: dict[str, list[Any]], numeric: dict[int, dict]) -> dict[str, str]:
+        """The suite's experiments; where two suites share them, the keys that differ."""
+        names = {k: ", ".join(experiment_order({(r.experiment, r.staleness) for r in runs}))
+                 for k, runs in by_suite.items()}
+        labels = dict(names)
+        for name in set(names.values()):
+            same = [k for k in by_suite if names[k] == name]
+            if len(same) < 2:
+                continue
+            rests = [{k: v for k, v in numeric[id(by_suite[s][0])].items()
+                      if not _under(k, COMPARED)} for s in same]
+            for s, diff in zip(same, _differing(rests), strict=True):
+                labels[s] = f"{name} [{_shown(diff)}]"
+        return labels
+
+    @staticmethod
+    def _method_labels(runs: list[Any], numeric: dict[int, dict]) -> None:
+        by_name: dict[str, dict[str, dict]] = defaultdict(dict)
+        for run in runs:
+            params = {k[len("method."):]: v for k, v in numeric[id(run)].items()
+                      if k.startswith("method.") and k != "method.name"}
+            by_name[run.method_name][_key(params)] = params
+        label_of: dict[tuple[str, str], str] = {}
+        for name, variants in by_name.items():
+            if len(variants) == 1:
+                label_of[(name, next(iter(variants)))] = name
+                continue
+            keys = list(variants)
+            for key, diff in zip(keys, _differing([variants[k] for k in keys]), strict=True):
+                label_of[(name, key)] = f"{name} ({_shown(diff)})"
+        labels = list(label_of.values())
+        for (name, key), label in list(label_of.items()):
+            if labels.count(label) > 1:  # variants that differ beyond the keys shown
+                label_of[(name, key)] = f"{label} #{_digest(key, 4)}"
+        for run in runs:
+            params = {k[len("method."):]: v for k, v in numeric[id(run)].items()
+                      if k.startswith("method.") and k != "method.name"}
+            run.method = label_of[(run.method_name, _key(params))]
+        # Two experiments of one staleness in one suite: name the experiment too.
+        cells: dict[tuple[str, int], set[str]] = defaultdict(set)
+        for run in runs:
+            cells[(run.method, run.staleness)].add(run.experiment)
+        for run in runs:
+            if len(cells[(run.method, run.staleness)]) > 1:
+                run.method = f"{run.method} [{run.experiment}]"
+
+
+def _slug(label: str, key: str) -> str:
+    """A dir name for a suite's figures: readable start, a hash for uniqueness."""
+    readable = re.sub(r"[^A-Za-z0-9._=-]+", "_", label).strip("_")[:48].rstrip("_")
+    return f"{readable}-{_digest(key, 6)}"

@@ -1,0 +1,211 @@
+"""Everything checked before Hydra makes anything on disk, for one run or every job of a sweep.
+
+Each job of a multirun is expanded with Hydra's own sweeper rules (`BasicSweeper`), then
+composed, validated, checked against this machine (device, rollout engine, task data) and
+against its run dir (another job's, or an existing run made with another config). The first
+problem exits with code 2 and one line, `config error: <key> ...`; no run dir, no
+`multirun.yaml` and no warm start is made.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from src.config import Config, ConfigError, to_container, validate
+from src.run_dir import config_differences, mismatch_message, register_resolver, stored_config
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+MULTIRUN_FLAGS = ("-m", "--multirun")
+_checked_tasks: set[str] = set()
+
+
+def is_hydra_override(arg: str) -> bool:
+    return arg.lstrip("+~").startswith(("hydra.", "hydra/"))
+
+
+def check_run(overrides: list[str], multirun: bool) -> None:
+    """Raise ConfigError for the first job (of one, or of the sweep) that cannot run."""
+    from hydra import initialize_config_dir
+
+    register_resolver()  # the run dir's ${run_tag:...}
+    hydra_args = [a for a in overrides if is_hydra_override(a)]
+    task_args = [a for a in overrides if not is_hydra_override(a)]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        jobs = expand_sweep(task_args) if multirun else [task_args]
+        dirs: dict[Path, int] = {}
+        for i, job in enumerate(jobs):
+            where = f" (multirun job {i + 1} of {len(jobs)}: {' '.join(job)})" if multirun else ""
+            try:
+                raw = compose_job(job + hydra_args)
+                cfg = validate(raw)
+                run_dir = job_run_dir(raw, multirun)
+                if run_dir in dirs:
+                    raise ConfigError(
+                        f"hydra.sweep.subdir: jobs {dirs[run_dir] + 1} and {i + 1} of this "
+                        f"multirun would both write {run_dir}; they differ only in keys "
+                        "that change no number (src/run_dir.py), so sweep something else")
+                dirs[run_dir] = i
+                check_machine(cfg)
+                check_existing_run(cfg, run_dir)
+            except ConfigError as e:
+                raise ConfigError(f"{e}{where}") from None
+
+
+def expand_sweep(task_args: list[str]) -> list[list[str]]:
+    """The jobs of `-m a=1,2 b=x`: Hydra's BasicSweeper rules, in its order."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+        (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(task_args), None)
+    except Exception as e:  # syntax errors, unsupported sweep types
+        raise ConfigError(hydra_message(str(e), task_args)) from None
+    return jobs
+
+
+def compose_job(overrides: list[str]) -> DictConfig:
+    from hydra import compose
+
+    try:
+        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    except Exception as e:  # Hydra's own errors: unknown group option, typo'd key, bad syntax
+        raise ConfigError(hydra_message(str(e), overrides)) from None
+
+
+def job_run_dir(raw: DictConfig, multirun: bool) -> Path:
+    if multirun:
+        return Path(str(raw.hydra.sweep.dir)) / str(raw.hydra.sweep.subdir)
+    return Path(str(raw.hydra.run.dir))
+
+
+# -- this machine ------------------------------------------------------------------------
+
+
+def check_machine(cfg: Config) -> None:
+    """What the values alone cannot show: the device, the rollout engine, the task's data."""
+    if cfg.device.startswith("cuda"):
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(cfg.device.split(":")[1]) if ":" in cfg.device else 0
+        if index >= count:
+            seen = f"{count} CUDA device(s)" if count else "no CUDA device"
+            raise ConfigError(f"device={cfg.device}: torch {torch.__version__} sees {seen} on this "
+                              "machine; use device=cpu (or device=auto)")
+    if cfg.rollout.backend == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("rollout.backend=vllm needs the vllm package, which is not "
+                              "installed here (src/rollout/GPU.md); use rollout=hf")
+    _check_task_data(cfg)
+
+
+def _check_task_data(cfg: Config) -> None:
+    """Build the task once per distinct config: dataset tasks read their files here."""
+    import json
+
+    from src.tasks import get_task
+
+    key = json.dumps([cfg.task.name, dict(cfg.task.params)], sort_keys=True, default=str)
+    if key in _checked_tasks:
+        return
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)  # its retry warnings would bury the one-line error
+    try:
+        get_task(cfg.task.name, **dict(cfg.task.params))
+    except (ValueError, TypeError, KeyError, ImportError, OSError) as e:
+        message = str(e).strip("'\"")  # a KeyError's text comes quoted
+        raise ConfigError(message if message.startswith("task.") else f"task.params: {message}") from None
+    finally:
+        hub_logger.setLevel(level)
+    _checked_tasks.add(key)
+
+
+# -- the run dir -------------------------------------------------------------------------
+
+
+def check_existing_run(cfg: Config, run_dir: Path) -> None:
+    """Refuse to skip or resume a run dir made with another config (or resume=false)."""
+    from src.telemetry import read_status
+
+    run_dir = Path(run_dir)
+    has_data = (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
+    if cfg.overwrite or not has_data:
+        return
+    stored = stored_config(run_dir)
+    if stored is None:
+        raise ConfigError(f"hydra.run.dir: {run_dir} holds run data but no readable config.yaml, "
+                          "so it cannot be checked; give this run another dir or pass "
+                          "overwrite=true to move the old one aside")
+    differences = config_differences(stored, to_container(cfg))
+    if differences:
+        raise ConfigError(mismatch_message(run_dir, differences))
+    finished = (read_status(run_dir) or {}).get("status") == "finished"
+    if not finished and cfg.resume == "false":
+        raise ConfigError(f"resume=false but {run_dir} holds an unfinished run; pass resume=true "
+                          "to continue it or overwrite=true to move it aside and start fresh")
+
+
+# -- Hydra's messages ------------------------------------------------------------------------
+
+
+def hydra_message(text: str, overrides: list[str]) -> str:
+    """Hydra's multi-line errors as one line that starts with the key."""
+    text = " ".join(text.split("Config search path")[0].split())
+    missing = re.search(r"Could not find '([\w/]+)/([^']+)'.*?Available options in '[\w/]+': (.*)", text)
+    if missing:
+        group, option, choices = missing.groups()
+        return f"{group.replace('/', '.')}: unknown option {option!r}; choose one of: {choices.strip()}"
+    typo = re.search(r"Could not override '([^']+)'", text)
+    if typo:
+        return unknown_key_message(typo.group(1), overrides)
+    return text
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def unknown_key_message(key: str, overrides: list[str]) -> str:
+    """Name the options of the key's config group that have it, if it is not a typo.
+
+    `method.bapo.rho0` under `method=ppo`: bapo, bapo_official and bapo_value have it. Found
+    by composing each option of the group (so inherited keys count), only on this error path.
+    """
+    from hydra import compose
+
+    group = key.split(".")[0]
+    generic = f"{key}: no such key; check the spelling (`--cfg job` lists every key)"
+    options = group_options(group) if "." in key else []
+    if not options:
+        return generic
+    others = [o for o in overrides if o.lstrip("+~").split("=")[0] != key]
+    try:
+        current = compose(config_name="config", overrides=others,
+                          return_hydra_config=True).hydra.runtime.choices[group]
+    except Exception:  # the rest of the command is broken too: say what we know
+        return generic
+    owners = []
+    for option in options:
+        try:
+            cfg = compose(config_name="config", overrides=[f"{group}={option}"])
+        except Exception:  # an option that does not compose alone (a partial file)
+            continue
+        if OmegaConf.select(cfg, key, default=_MISSING) is not _MISSING:
+            owners.append(option)
+    if not owners or current in owners:
+        return generic
+    also = f" (also {', '.join(owners[1:])})" if len(owners) > 1 else ""
+    return (f"{key}: not a key of {group}={current}; it belongs to {group}={owners[0]}{also}; "
+            f"select it with {group}={owners[0]}")
+
+
+_MISSING = object()

@@ -1,0 +1,104 @@
+"""Which run dir a config writes to, and whether an existing run dir holds the same run.
+
+Two layers keep runs from colliding:
+
+- the dir name: `runs/<experiment>/<method>/[<tag>/]seed<N>`, where the tag lists the
+  command-line overrides that can change the numbers (Hydra's `hydra.job.override_dirname`,
+  with the keys below excluded in conf/config.yaml), or is a short hash of them when the
+  list is long or holds characters a dir name should not (the full list is in meta.json);
+- the config itself: before a run dir is skipped or resumed, the config it was made with
+  (its config.yaml) is compared with this run's, ignoring `NON_NUMERIC_KEYS`; any other
+  difference refuses the run (exit 2) and names the first differing keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+# Keys (and everything under them) that change no number a run computes: where it runs
+# from, how it is displayed and logged, and what it keeps on disk. The override tag and the
+# config comparison both ignore them; conf/config.yaml's exclude_keys must list them too
+# (a test checks), and analysis/cells.py reads the same list when it groups runs.
+NON_NUMERIC_KEYS = (
+    "resume",
+    "overwrite",
+    "cache_dir",
+    "experiment.description",
+    "logger.backend",
+    "logger.project",
+    "logger.mode",
+    "logger.progress",
+    "checkpoint.every",
+    "checkpoint.keep",
+    "checkpoint.keep_final",
+)
+# The parts of the path itself: never repeated in the tag.
+PATH_KEYS = ("experiment", "method", "seed")
+MAX_TAG_CHARS = 80
+_SAFE_TAG = re.compile(r"[A-Za-z0-9._,=+-]+")
+_ABSENT = "<absent>"
+
+
+def run_tag(override_dirname: str) -> str:
+    """'' for no overrides, else '<tag>/': the overrides as written, or 'overrides-<hash>'."""
+    if not override_dirname:
+        return ""
+    if len(override_dirname) <= MAX_TAG_CHARS and _SAFE_TAG.fullmatch(override_dirname):
+        return f"{override_dirname}/"
+    digest = hashlib.sha256(override_dirname.encode()).hexdigest()[:12]
+    return f"overrides-{digest}/"
+
+
+def register_resolver() -> None:
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("run_tag", run_tag, replace=True)
+
+
+def is_non_numeric(key: str) -> bool:
+    return any(key == k or key.startswith(f"{k}.") for k in NON_NUMERIC_KEYS)
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """{'a.b': leaf}; an empty dict and a list are leaves."""
+    if isinstance(node, dict) and node:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def config_differences(stored: dict, current: dict) -> list[tuple[str, Any, Any]]:
+    """(key, stored value, current value) for every key that can change the numbers."""
+    a, b = flatten(stored), flatten(current)
+    keys = sorted(k for k in set(a) | set(b) if not is_non_numeric(k))
+    return [(k, a.get(k, _ABSENT), b.get(k, _ABSENT)) for k in keys
+            if a.get(k, _ABSENT) != b.get(k, _ABSENT)]
+
+
+def stored_config(run_dir: Path) -> dict | None:
+    """The config.yaml a run dir was made with; None when it has none (or it is unreadable)."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def mismatch_message(run_dir: Path, differences: list[tuple[str, Any, Any]], shown: int = 3) -> str:
+    """One line for `config error:`: the first differing keys, then how to proceed."""
+    def show(value: Any) -> str:
+        return "not set" if value == _ABSENT else repr(value)
+
+    first = [f"{k} is {show(now)} here but {show(old)} there" for k, old, now in differences[:shown]]
+    more = len(differences) - shown
+    also = f" (and {more} more key{'s' if more > 1 else ''})" if more > 0 else ""
+    return (f"{differences[0][0]}: {run_dir} holds a run made with another config: "
+            f"{'; '.join(first)}{also}. Give this run its own dir (hydra.run.dir=...) or pass "
+            "overwrite=true to move the old one aside")

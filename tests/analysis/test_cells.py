@@ -1,0 +1,136 @@
+"""Only seeds of one cell are pooled: experiments and configs never mix, and each table
+names the experiment; make_figures writes its own output dir and leaves no stale file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analysis import make_figures
+from analysis.cells import NON_NUMERIC_KEYS
+from analysis.loader import load_runs
+from analysis.report import results_table
+from analysis.summary import run_summary
+
+
+def test_non_numeric_keys_match_the_trainers():
+    from src.run_dir import NON_NUMERIC_KEYS as TRAINER_KEYS
+
+    assert NON_NUMERIC_KEYS == TRAINER_KEYS
+
+
+def test_smoke_runs_are_never_seeds_of_the_2x_cell(tmp_path, write_run):
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_run(root, "ppo", 2, seed, experiment="smoke", steps=3)
+        write_run(root, "ppo", 2, seed, experiment="staleness", steps=4)
+    runs = load_runs([root])
+    assert len(runs.runs) == 4 and len(runs.suites) == 2  # 3 vs 4 steps: not comparable
+    results = results_table(run_summary(runs)).query("metric == 'final_reward'")
+    assert sorted(results["experiment"]) == ["smoke", "staleness"]
+    assert results["n"].tolist() == [2, 2]  # each cell has its own two seeds, nothing pooled
+    # Neither dedupe nor grouping merged them: every run dir is still there.
+    assert sorted(r.path.parent.parent.name for r in runs.runs) == [
+        "smoke_2x", "smoke_2x", "staleness_2x", "staleness_2x"
+    ]
+
+
+def test_two_experiments_of_one_staleness_in_one_suite_are_named_apart(tmp_path, write_run):
+    root = tmp_path / "runs"
+    write_run(root, "ppo", 2, 0, experiment="a")
+    write_run(root, "ppo", 2, 0, experiment="b")
+    runs = load_runs([root])
+    assert len(runs.suites) == 1
+    assert sorted(r.method for r in runs.runs) == ["ppo [a]", "ppo [b]"]
+
+
+def test_a_parameter_sweep_is_one_suite_with_labelled_variants(tmp_path, write_run):
+    root = tmp_path / "runs"
+    for rho0 in (0.3, 0.5):
+        for seed in (0, 1):
+            write_run(root, "bapo", 4, seed, extra_config={"method.bapo.rho0": rho0},
+                      tag=f"rho0={rho0}")
+    write_run(root, "ppo", 4, 0)
+    runs = load_runs([root])
+    assert len(runs.suites) == 1
+    assert sorted({r.method for r in runs.runs}) == [
+        "bapo (bapo.rho0=0.3)", "bapo (bapo.rho0=0.5)", "ppo"
+    ]
+    results = results_table(run_summary(runs)).query("metric == 'final_reward'")
+    assert results.set_index("method")["n"].to_dict() == {
+        "bapo (bapo.rho0=0.3)": 2, "bapo (bapo.rho0=0.5)": 2, "ppo": 1
+    }
+
+
+def test_fig09_draws_each_variant_of_a_sweep_with_its_own_rho0(tmp_path, write_run, opts):
+    from analysis import fig_training
+
+    root = tmp_path / "runs"
+    for rho0 in (0.3, 0.5):
+        write_run(root, "bapo", 4, 0, extra_config={"method.bapo.rho0": rho0}, tag=str(rho0))
+    write_run(root, "ppo", 4, 0)
+    res = fig_training.fig09_bapo_vs_ppo(load_runs([root]), opts)
+    assert set(res.data["method"]) == {"bapo (bapo.rho0=0.3)", "bapo (bapo.rho0=0.5)", "ppo"}
+    assert res.extra["rho0"] == [0.3, 0.5]
+
+
+def test_the_same_run_through_two_roots_counts_once_but_another_config_does_not(
+    tmp_path, write_run
+):
+    import shutil
+
+    a = tmp_path / "a"
+    write_run(a, "ppo", 2, 0)
+    shutil.copytree(a, tmp_path / "b")
+    write_run(tmp_path / "c", "ppo", 2, 0, extra_config={"train.lr": 1e-4})
+    runs = load_runs([a, tmp_path / "b", tmp_path / "c"])
+    assert len(runs.runs) == 2
+    assert any("duplicate of" in why for _, why in runs.skipped)
+
+
+def _files(out: Path) -> set[str]:
+    return {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+
+
+def test_make_figures_writes_outputs_not_figures_by_default():
+    assert make_figures.parse_args([]).out == "outputs/figures"
+
+
+def test_make_figures_leaves_no_stale_file(tmp_path, write_run):
+    root = tmp_path / "runs"
+    write_run(root, "ppo", 2, 0)
+    write_run(root, "ppo", 2, 0, experiment="smoke", steps=3)
+    out = tmp_path / "out"
+    args = ["--runs", str(root), "--out", str(out), "--dpi", "30"]
+    assert make_figures.main([*args, "--only", "fig02", "fig11"]) == 0
+    first = _files(out)
+    assert {"fig02_staleness_ppo.pdf", "fig11_final_accuracy.png", "REPORT.md"} <= first
+    suite_dirs = {f.split("/")[1] for f in first if f.startswith("suites/")}
+    assert len(suite_dirs) == 1  # the second suite's figures
+    (out / "notes.txt").write_text("mine")  # not the tool's: left alone
+    assert make_figures.main([*args, "--only", "fig11", "--formats", "png"]) == 0
+    again = _files(out)
+    assert again == {"notes.txt", "REPORT.md", "results.csv", "claims.csv",
+                     "fig11_final_accuracy.png",
+                     *{f for f in again if f.startswith("suites/")}}
+    assert all(f.endswith("fig11_final_accuracy.png") for f in again if f.startswith("suites/"))
+    assert not list(tmp_path.glob(".out.*"))  # the staging dir is gone
+
+
+def test_a_crash_leaves_the_output_dir_as_it_was(tmp_path, write_run, monkeypatch):
+    root = tmp_path / "runs"
+    write_run(root, "ppo", 2, 0)
+    out = tmp_path / "out"
+    args = ["--runs", str(root), "--out", str(out), "--dpi", "30", "--only", "fig11"]
+    assert make_figures.main(args) == 0
+    before = {f: (out / f).read_bytes() for f in _files(out)}
+
+    def broken(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(make_figures, "write_report", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        make_figures.main([*args, "--formats", "pdf"])
+    assert {f: (out / f).read_bytes() for f in _files(out)} == before
+    assert not list(tmp_path.glob(".out.*"))
