@@ -34,7 +34,7 @@ from src.algorithms._checks import NonFiniteError
 from src.algorithms.surrogate import loss_denominator
 from src.checkpoint import TrainState, save_checkpoint
 from src.config import Config
-from src.policy import response_logprobs
+from src.policy import grouped_response_logprobs, response_logprobs
 from src.rollout import Rollout, RolloutBackend
 from src.telemetry import RunWriter
 
@@ -58,6 +58,9 @@ class MiniBatch:
     advantages: Tensor  # [b] per response
     rewards: Tensor
     selection: Tensor | None = None  # top_entropy with scope=rollout
+    # Mini-batch 0's behaviour pass, run with grad: (logp, entropy) for update 0 to use, so
+    # that its forward is not run twice with the same weights on the same tensors.
+    policy_pass: tuple[Tensor, Tensor] | None = None
 
 
 @dataclass
@@ -116,12 +119,17 @@ class Trainer:
         gen = torch.Generator().manual_seed(self._step_seed(step))
         perm = torch.randperm(roll.size, generator=gen).view(k, -1)
         batches = []
-        with torch.no_grad():
-            for rows in perm:
-                rows = rows.sort().values
-                data = roll.select(rows)
-                logp_b, ent_b = self._score(data)
-                batches.append(MiniBatch(rows, data, logp_b, ent_b, advantages[rows], rewards[rows]))
+        for index, rows in enumerate(perm):
+            rows = rows.sort().values
+            data = roll.select(rows)
+            # Update 0 runs the behaviour weights on these same tensors, so with one pass per
+            # update its forward is this one: run it with grad and keep it (logp_b is the
+            # same numbers, detached). Micro-batched updates keep no graphs between passes.
+            keep_graph = index == 0 and len(self._micro_slices(data.size)) == 1
+            with torch.set_grad_enabled(keep_graph and torch.is_grad_enabled()):
+                logp, entropy = self._score(data)
+            batches.append(MiniBatch(rows, data, logp.detach(), entropy, advantages[rows],
+                                     rewards[rows], policy_pass=(logp, entropy) if keep_graph else None))
         if self.cfg.method.objective == "top_entropy" and self.cfg.method.entropy_scope == "rollout":
             self._rollout_scope_selection(batches)
         return batches
@@ -135,7 +143,7 @@ class Trainer:
         """logp and entropy [b, T] of a mini-batch, one forward per micro-batch (no grad)."""
         parts = self._micro_slices(data.size)
         if len(parts) == 1:
-            return response_logprobs(self.model, data, with_entropy=with_entropy)
+            return grouped_response_logprobs(self.model, data, with_entropy=with_entropy)
         logp = entropy = None
         for rows in parts:
             lp, ent = response_logprobs(self.model, _rows(data, rows), with_entropy=with_entropy)
@@ -193,7 +201,10 @@ class Trainer:
             params["selection_mask"] = mb.selection.to(device)
         parts = self._micro_slices(mb.data.size)
         if len(parts) == 1:
-            logp, entropy = response_logprobs(self.model, mb.data)
+            if mb.policy_pass is not None:  # the behaviour pass's forward, with its graph
+                (logp, entropy), mb.policy_pass = mb.policy_pass, None
+            else:
+                logp, entropy = grouped_response_logprobs(self.model, mb.data)
             try:
                 out = policy_loss(method, logp, mb.logp_behavior, adv, mask, entropy=entropy, **params)
             except NonFiniteError as e:
