@@ -4,6 +4,9 @@ One step of staleness k: the B = prompts x G responses are shuffled and split in
 mini-batches; update j uses data j optimizer steps stale. The behaviour log-probs are
 recomputed by the trainer's own model on exactly the mini-batch tensors the updates use,
 so update 0 is on-policy bit for bit (ratio == 1) and sampler drift is only a metric.
+Without micro-batching, update 0 backpropagates through mini-batch 0's behaviour forward
+itself (run with grad) instead of repeating it, and every forward runs over groups of rows
+of similar length (`src.policy.grouped_response_logprobs`) to skip padding.
 
 Micro-batching (`train.micro_batch_size`): each update's forward/backward runs over
 micro-batches of that many responses (the behaviour pass too, on the same micro-batches),
@@ -119,20 +122,30 @@ class Trainer:
         gen = torch.Generator().manual_seed(self._step_seed(step))
         perm = torch.randperm(roll.size, generator=gen).view(k, -1)
         batches = []
-        for index, rows in enumerate(perm):
-            rows = rows.sort().values
-            data = roll.select(rows)
-            # Update 0 runs the behaviour weights on these same tensors, so with one pass per
-            # update its forward is this one: run it with grad and keep it (logp_b is the
-            # same numbers, detached). Micro-batched updates keep no graphs between passes.
-            keep_graph = index == 0 and len(self._micro_slices(data.size)) == 1
-            with torch.set_grad_enabled(keep_graph and torch.is_grad_enabled()):
-                logp, entropy = self._score(data)
-            batches.append(MiniBatch(rows, data, logp.detach(), entropy, advantages[rows],
-                                     rewards[rows], policy_pass=(logp, entropy) if keep_graph else None))
+        with torch.no_grad():
+            for rows in perm:
+                rows = rows.sort().values
+                data = roll.select(rows)
+                logp_b, ent_b, kept = self._behaviour_pass(data, first=not batches)
+                batches.append(MiniBatch(rows, data, logp_b, ent_b, advantages[rows], rewards[rows],
+                                         policy_pass=kept))
         if self.cfg.method.objective == "top_entropy" and self.cfg.method.entropy_scope == "rollout":
             self._rollout_scope_selection(batches)
         return batches
+
+    def _behaviour_pass(self, data: Rollout, first: bool
+                        ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None]:
+        """(logp_b, entropy_b, the forward kept for update 0) of a mini-batch.
+
+        Update 0 runs the behaviour weights on mini-batch 0's tensors, so with one pass per
+        update its forward is this one: it runs with grad and is kept, and logp_b is the
+        same numbers detached. Micro-batched updates keep no graph between their passes.
+        """
+        if not (first and len(self._micro_slices(data.size)) == 1):
+            return *self._score(data), None
+        with torch.enable_grad():
+            logp, entropy = self._score(data)
+        return logp.detach(), entropy, (logp, entropy)
 
     def _micro_slices(self, size: int) -> list[slice]:
         """Rows of a mini-batch of `size` responses, one slice per forward/backward pass."""
@@ -140,7 +153,8 @@ class Trainer:
         return [slice(start, min(start + step, size)) for start in range(0, size, step)]
 
     def _score(self, data: Rollout, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
-        """logp and entropy [b, T] of a mini-batch, one forward per micro-batch (no grad)."""
+        """logp and entropy [b, T] of a mini-batch: one pass over its length groups, or one
+        forward per micro-batch."""
         parts = self._micro_slices(data.size)
         if len(parts) == 1:
             return grouped_response_logprobs(self.model, data, with_entropy=with_entropy)

@@ -1,4 +1,4 @@
-"""Rollouts with HF `generate` on the trainer's own model (the CPU default)."""
+"""Rollouts on the trainer's own HF model (the CPU default), with the decode loop of src/models/decoding.py."""
 
 from __future__ import annotations
 
