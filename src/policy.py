@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import inspect
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -112,68 +111,3 @@ def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: b
     targets = torch.nn.functional.pad(batch.response_ids.to(device), (0, 1))
     logp, entropy = sampled_logprobs(logits, targets, with_entropy=with_entropy)
     return logp[:, :t_len], None if entropy is None else entropy[:, :t_len]
-
-
-# Cost of one more forward/backward pass, in padded token positions: a group is split off
-# only when that saves more padded positions than this. Measured on the 3.2M-parameter CPU
-# default, one thread, CPU time: a pass costs about 9 ms of fixed overhead, a position about
-# 0.2 ms; the 4 updates of a rollout (mini-batches of 32 responses) took 1.49 s with 96,
-# 1.72 s with 192 and 2.34 s unsplit (medians of 3). With 2 threads a position costs about
-# half as much and the overhead does not shrink, hence the margin over 9 / 0.2 = 45.
-_PASS_COST_POSITIONS = 96
-
-
-def length_groups(prompt_lengths: Tensor, response_lengths: Tensor,
-                  pass_cost: int = _PASS_COST_POSITIONS) -> list[Tensor]:
-    """Rows of a batch split into groups of similar length, one forward pass each.
-
-    A batch padded to its longest prompt and longest response wastes the positions of
-    every shorter row. The rows are sorted by prompt + response length and cut into
-    contiguous runs so that `sum(rows * (longest prompt + longest response)) + pass_cost *
-    groups` is smallest (exact, by dynamic programming over the cut points). Each group is
-    sorted by row index; the result depends only on the lengths, so a batch is always
-    split the same way.
-    """
-    n = prompt_lengths.numel()
-    p = prompt_lengths.cpu().numpy().astype(np.int64)
-    r = response_lengths.cpu().numpy().astype(np.int64)
-    order = np.argsort(p + r, kind="stable")
-    p, r = p[order], r[order]
-    best = np.full(n + 1, np.iinfo(np.int64).max, dtype=np.int64)
-    best[0], cut = 0, np.zeros(n + 1, dtype=np.int64)
-    for start in range(n):  # extend every optimal prefix [0, start) by a group [start, end)
-        width = np.maximum.accumulate(p[start:]) + np.maximum.accumulate(r[start:])
-        cost = best[start] + pass_cost + width * np.arange(1, n - start + 1)
-        better = cost < best[start + 1:]
-        best[start + 1:][better], cut[start + 1:][better] = cost[better], start
-    bounds, end = [], n
-    while end > 0:
-        bounds.append((int(cut[end]), end))
-        end = int(cut[end])
-    index = torch.from_numpy(order)
-    return [index[a:b].sort().values for a, b in reversed(bounds)]
-
-
-def grouped_response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: bool = True,
-                              pass_cost: int = _PASS_COST_POSITIONS) -> tuple[Tensor, Tensor | None]:
-    """`response_logprobs` of the whole batch, computed over `length_groups` of its rows.
-
-    The same numbers up to float rounding (padding is masked and positions follow the
-    attention mask, so a row's context does not depend on how far it is padded), with
-    fewer padded positions through the model: on the CPU default a mini-batch of 32
-    responses pads to about 1.7x its real tokens. Gradients flow to every group's forward;
-    the result is [B, T] in the batch's row order, 0 past each group's longest response.
-    """
-    groups = length_groups(batch.prompt_mask.sum(dim=1), batch.response_mask.sum(dim=1), pass_cost)
-    if len(groups) == 1:
-        return response_logprobs(model, batch, with_entropy=with_entropy)
-    width = batch.response_ids.shape[1]
-    logps, entropies = [], []
-    for rows in groups:
-        lp, ent = response_logprobs(model, batch.select(rows), with_entropy=with_entropy)
-        logps.append(torch.nn.functional.pad(lp, (0, width - lp.shape[1])))
-        if with_entropy:
-            entropies.append(torch.nn.functional.pad(ent, (0, width - ent.shape[1])))
-    inverse = torch.cat(groups).argsort().to(logps[0].device)
-    logp = torch.cat(logps).index_select(0, inverse)
-    return logp, torch.cat(entropies).index_select(0, inverse) if with_entropy else None

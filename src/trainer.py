@@ -5,8 +5,7 @@ mini-batches; update j uses data j optimizer steps stale. The behaviour log-prob
 recomputed by the trainer's own model on exactly the mini-batch tensors the updates use,
 so update 0 is on-policy bit for bit (ratio == 1) and sampler drift is only a metric.
 Without micro-batching, update 0 backpropagates through mini-batch 0's behaviour forward
-itself (run with grad) instead of repeating it, and every forward runs over groups of rows
-of similar length (`src.policy.grouped_response_logprobs`) to skip padding.
+itself (run with grad) instead of repeating it.
 
 Micro-batching (`train.micro_batch_size`): each update's forward/backward runs over
 micro-batches of that many responses (the behaviour pass too, on the same micro-batches),
@@ -37,7 +36,7 @@ from src.algorithms._checks import NonFiniteError
 from src.algorithms.surrogate import loss_denominator
 from src.checkpoint import TrainState, save_checkpoint
 from src.config import Config
-from src.policy import grouped_response_logprobs, response_logprobs
+from src.policy import response_logprobs
 from src.rollout import Rollout, RolloutBackend
 from src.telemetry import RunWriter
 
@@ -153,11 +152,10 @@ class Trainer:
         return [slice(start, min(start + step, size)) for start in range(0, size, step)]
 
     def _score(self, data: Rollout, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
-        """logp and entropy [b, T] of a mini-batch: one pass over its length groups, or one
-        forward per micro-batch."""
+        """logp and entropy [b, T] of a mini-batch, one forward per micro-batch."""
         parts = self._micro_slices(data.size)
         if len(parts) == 1:
-            return grouped_response_logprobs(self.model, data, with_entropy=with_entropy)
+            return response_logprobs(self.model, data, with_entropy=with_entropy)
         logp = entropy = None
         for rows in parts:
             lp, ent = response_logprobs(self.model, _rows(data, rows), with_entropy=with_entropy)
@@ -218,7 +216,7 @@ class Trainer:
             if mb.policy_pass is not None:  # the behaviour pass's forward, with its graph
                 (logp, entropy), mb.policy_pass = mb.policy_pass, None
             else:
-                logp, entropy = grouped_response_logprobs(self.model, mb.data)
+                logp, entropy = response_logprobs(self.model, mb.data)
             try:
                 out = policy_loss(method, logp, mb.logp_behavior, adv, mask, entropy=entropy, **params)
             except NonFiniteError as e:

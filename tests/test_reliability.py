@@ -90,26 +90,19 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
 
 
 def _nan_on_updates(monkeypatch, is_bad):
-    """NaN log-probs from the update forward pass (grad enabled) on calls n where is_bad(n).
-
-    One call is one update's forward: the trainer scores a whole mini-batch with
-    `grouped_response_logprobs` (update 0's forward is mini-batch 0's behaviour pass, run
-    with grad) and a micro-batch with `response_logprobs`.
-    """
+    """NaN log-probs from the update forward pass (grad enabled) on calls n where is_bad(n)."""
+    real = trainer_module.response_logprobs
     calls = {"n": 0}
 
-    def faulty_version(real):
-        def faulty(model, batch, **kw):
-            logp, entropy = real(model, batch, **kw)
-            if torch.is_grad_enabled():
-                calls["n"] += 1
-                if is_bad(calls["n"]):
-                    logp = logp + float("nan")
-            return logp, entropy
-        return faulty
+    def faulty(model, batch, **kw):
+        logp, entropy = real(model, batch, **kw)
+        if torch.is_grad_enabled():
+            calls["n"] += 1
+            if is_bad(calls["n"]):
+                logp = logp + float("nan")
+        return logp, entropy
 
-    for name in ("response_logprobs", "grouped_response_logprobs"):
-        monkeypatch.setattr(trainer_module, name, faulty_version(getattr(trainer_module, name)))
+    monkeypatch.setattr(trainer_module, "response_logprobs", faulty)
 
 
 def test_nan_logprobs_skip_the_update_and_are_counted(tmp_path, smoke_overrides, monkeypatch, capsys):
