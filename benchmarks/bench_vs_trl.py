@@ -17,8 +17,8 @@ mini-batch), lr 5e-5 constant, fp32, `--threads` threads, no eval. Engines:
 
 `ENGINE@VAR=VALUE[@VAR=VALUE]` runs an engine with extra environment variables (set
 before torch loads), e.g. OpenMP wait policies. The project's engines import `src` before
-torch, as `python -m src.run` does, so its OpenMP default (src/__init__.py) applies to them;
-stock TRL loads torch first, with the environment as it is. Each engine runs in its own process; rounds
+torch, as `python -m src.run` does (so whatever src/__init__.py sets applies to them); stock
+TRL loads torch first, with the environment as it is. Each engine runs in its own process; rounds
 alternate the engines, so a change in the machine's load hits all of them alike. Per step:
 generation (sampling the rollout), behaviour pass (the no-grad scoring of the behaviour
 log-probs), updates (everything else of the step: rewards, advantages, the optimizer

@@ -1,12 +1,7 @@
 """bapo-repro: off-policy RL objectives for language models, with per-token telemetry."""
 
-import os
-
-# How long torch's OpenMP threads spin before they sleep. libgomp's default (300000 spins,
-# milliseconds) holds both cores of a 2-core machine between every op, which on a machine
-# shared with other jobs made training steps 4.7x slower; OMP_WAIT_POLICY=PASSIVE (no spin)
-# makes every op pay a wake-up instead. A bounded spin covers the gaps between the ops of
-# one forward pass and sleeps through longer ones (README, Benchmarks, has the numbers).
-# Set before torch loads its OpenMP runtime; an explicit setting of either variable wins.
-if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+# No OpenMP wait policy is set here: on an idle 2-core machine libgomp's default spin gave
+# the fastest training step (2.17 s against 2.79 s with GOMP_SPINCOUNT=10000; passive waiting
+# was slower still). On a machine shared with other jobs the same spin made steps about 4x
+# slower (39 s against 8-12 s); export GOMP_SPINCOUNT=10000 or OMP_WAIT_POLICY=PASSIVE there
+# (README, Benchmarks).

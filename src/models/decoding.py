@@ -1,14 +1,16 @@
 """Batched decoding with a KV cache that drops each row from the batch once it has ended.
 
 Why our own loop instead of HF `generate`: `generate` keeps every row decoding until the
-longest response ends, pays a few milliseconds of Python per step (input preparation,
-logits processors, stopping criteria), and returns the sampler's log-probs only through
+longest response ends, runs input preparation, logits processors and stopping criteria
+in Python at every step, and returns the sampler's log-probs only through
 `output_scores`, which keeps a [B, V] copy per step. Here a row that emits EOS leaves the
 batch and its KV cache (`Cache.batch_select_indices`), so the later decode steps run on the
 rows still going, and the log-prob of each sampled token is taken from the logits the loop
-already holds. Measured on the CPU default (128 responses, 64 new tokens, the 3.2M-param
-warm start, 2 threads): the rollout's generation drops from 1.43 s to 0.62 s per step
-(`benchmarks/bench_decoding.py` reruns the comparison).
+already holds. Measured on the CPU default (128 responses of at most 64 tokens, the
+3.2M-param warm start): on a machine busy with other jobs, one thread, 1.39 s per rollout
+against 2.91 s for `generate` with `output_scores`; on the quiet machine, 2 threads, inside
+the training step, 0.87 s against 1.27 s for stock TRL's `generate` (`benchmarks/bench_decoding.py` and
+`benchmarks/bench_vs_trl.py` rerun both).
 
 The sampling distribution is HF's, step for step: fp32 logits of the last position,
 divided by `temperature` (skipped at 1.0, as HF does), HF's top-p filter (`TopPLogitsWarper`,
