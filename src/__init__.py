@@ -1,8 +1,7 @@
 """bapo-repro: off-policy RL objectives for language models, with per-token telemetry."""
 
-import os
-
-# OpenMP threads that spin while waiting steal the cores from every other process; on a
-# shared 2-core machine that made 2-thread torch ops up to ~90x slower. Passive waiting
-# costs little when the machine is idle. Set before torch loads its OpenMP runtime.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# No OpenMP wait policy is set here: on an idle 2-core machine libgomp's default spin gave
+# the fastest training step (2.17 s against 2.79 s with GOMP_SPINCOUNT=10000; passive waiting
+# was slower still). On a machine shared with other jobs the same spin made steps about 4x
+# slower (39 s against 8-12 s); export GOMP_SPINCOUNT=10000 or OMP_WAIT_POLICY=PASSIVE there
+# (README, Benchmarks).

@@ -79,7 +79,8 @@ def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=
 
     With a non-HF rollout backend (`rollout.backend=vllm`) passed as `backend`, the evals
     generate with it (greedy: temperature 0), after pushing the current weights; otherwise,
-    and always on the CPU default, with HF `generate` on `model`.
+    and always on the CPU default, with `src.models.sampling.generate` on `model` (the
+    decode loop of src/models/decoding.py; greedy responses equal HF `generate`'s).
     """
     problems = task.eval_problems(cfg.task.eval_problems)
     prompts = [format_prompt(p.prompt) for p in problems]

@@ -7,6 +7,8 @@ k x prompts per rollout, so each of the k mini-batches holds B responses like a 
 `epochs` makes k full-batch updates on one rollout of B. The behaviour log-probs are
 recomputed by the trainer's own model on exactly the mini-batch tensors the updates use,
 so update 0 is on-policy bit for bit (ratio == 1) and sampler drift is only a metric.
+Without micro-batching, update 0 backpropagates through mini-batch 0's behaviour forward
+itself (run with grad) instead of repeating it.
 
 Micro-batching (`train.micro_batch_size`): each update's forward/backward runs over
 micro-batches of that many responses (the behaviour pass too, on the same micro-batches),
@@ -62,6 +64,9 @@ class MiniBatch:
     advantages: Tensor  # [b] per response
     rewards: Tensor
     selection: Tensor | None = None  # top_entropy with scope=rollout
+    # Mini-batch 0's behaviour pass, run with grad: (logp, entropy) for update 0 to use, so
+    # that its forward is not run twice with the same weights on the same tensors.
+    policy_pass: tuple[Tensor, Tensor] | None = None
 
 
 @dataclass
@@ -124,11 +129,26 @@ class Trainer:
             for rows in perm:
                 rows = rows.sort().values
                 data = roll.select(rows)
-                logp_b, ent_b = self._score(data)
-                batches.append(MiniBatch(rows, data, logp_b, ent_b, advantages[rows], rewards[rows]))
+                logp_b, ent_b, kept = self._behaviour_pass(data, first=not batches)
+                batches.append(MiniBatch(rows, data, logp_b, ent_b, advantages[rows], rewards[rows],
+                                         policy_pass=kept))
         if self.cfg.method.objective == "top_entropy" and self.cfg.method.entropy_scope == "rollout":
             self._rollout_scope_selection(batches)
         return batches
+
+    def _behaviour_pass(self, data: Rollout, first: bool
+                        ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None]:
+        """(logp_b, entropy_b, the forward kept for update 0) of a mini-batch.
+
+        Update 0 runs the behaviour weights on mini-batch 0's tensors, so with one pass per
+        update its forward is this one: it runs with grad and is kept, and logp_b is the
+        same numbers detached. Micro-batched updates keep no graph between their passes.
+        """
+        if not (first and len(self._micro_slices(data.size)) == 1):
+            return *self._score(data), None
+        with torch.enable_grad():
+            logp, entropy = self._score(data)
+        return logp.detach(), entropy, (logp, entropy)
 
     def _micro_slices(self, size: int) -> list[slice]:
         """Rows of a mini-batch of `size` responses, one slice per forward/backward pass."""
@@ -136,7 +156,7 @@ class Trainer:
         return [slice(start, min(start + step, size)) for start in range(0, size, step)]
 
     def _score(self, data: Rollout, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
-        """logp and entropy [b, T] of a mini-batch, one forward per micro-batch (no grad)."""
+        """logp and entropy [b, T] of a mini-batch, one forward per micro-batch."""
         parts = self._micro_slices(data.size)
         if len(parts) == 1:
             return response_logprobs(self.model, data, with_entropy=with_entropy)
@@ -197,7 +217,10 @@ class Trainer:
             params["selection_mask"] = mb.selection.to(device)
         parts = self._micro_slices(mb.data.size)
         if len(parts) == 1:
-            logp, entropy = response_logprobs(self.model, mb.data)
+            if mb.policy_pass is not None:  # the behaviour pass's forward, with its graph
+                (logp, entropy), mb.policy_pass = mb.policy_pass, None
+            else:
+                logp, entropy = response_logprobs(self.model, mb.data)
             try:
                 out = policy_loss(method, logp, mb.logp_behavior, adv, mask, entropy=entropy, **params)
             except NonFiniteError as e:

@@ -340,6 +340,7 @@ class ProjectGRPOTrainer(GRPOTrainer):
         out["repro_reward"] = rewards[ids]
         step = self.state.global_step // self.updates_per_rollout
         self._reset_rollout(step)
+        self._rollout_t0 = t0  # time_step_s covers the rollout too, as in the project's trainer
         lengths = self.accelerator.gather(out["completion_mask"].sum(dim=1))
         advantages = self.accelerator.gather(out["advantages"].reshape(b, -1)[:, 0].contiguous())
         gap = self._sampler_gap(out)

@@ -1,4 +1,4 @@
-"""One protocol for every rollout backend (HF generate on CPU, vLLM on GPU)."""
+"""One protocol for every rollout backend (the HF model's own decode loop on CPU, vLLM on GPU)."""
 
 from __future__ import annotations
 

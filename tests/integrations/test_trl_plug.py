@@ -180,6 +180,8 @@ def test_trains_and_writes_run_dir(tmp_path, tokenizer, dataset, method):
     assert all(u["grad_norm"] is not None and u["grad_norm"] >= 0 for u in updates)
     for s in steps:
         assert s["num_groups"] == 2 and 0.0 <= s["reward_mean"] <= 1.0
+        # The step's time spans its rollout and its updates, which come one after another.
+        assert s["time_step_s"] >= s["time_rollout_s"] + s["time_update_s"] > 0
     if method == "bapo":
         assert all(u["rho"] is None or u["rho"] >= 0 for u in updates)
         assert all(0.6 <= u["c_low"] <= 0.9 and 1.2 <= u["c_high"] <= 3.0 for u in updates)

@@ -1,0 +1,133 @@
+"""Batched decoding with a KV cache that drops each row from the batch once it has ended.
+
+Why our own loop instead of HF `generate`: `generate` keeps every row decoding until the
+longest response ends, runs input preparation, logits processors and stopping criteria
+in Python at every step, and returns the sampler's log-probs only through
+`output_scores`, which keeps a [B, V] copy per step. Here a row that emits EOS leaves the
+batch and its KV cache (`Cache.batch_select_indices`), so the later decode steps run on the
+rows still going, and the log-prob of each sampled token is taken from the logits the loop
+already holds. Measured on the CPU default (128 responses of at most 64 tokens, the
+3.2M-param warm start): on a machine busy with other jobs, one thread, 1.39 s per rollout
+against 2.91 s for `generate` with `output_scores`; on the quiet machine, 2 threads, inside
+the training step, 0.87 s against 1.27 s for stock TRL's `generate` (`benchmarks/bench_decoding.py` and
+`benchmarks/bench_vs_trl.py` rerun both).
+
+The sampling distribution is HF's, step for step: fp32 logits of the last position,
+divided by `temperature` (skipped at 1.0, as HF does), HF's top-p filter (`TopPLogitsWarper`,
+at least one token kept), `softmax`, one `torch.multinomial` draw; greedy decoding is the
+`argmax` of the logits. Inputs are left-padded prompts; positions follow the attention
+mask (`cumsum - 1`, 0 on padding) and advance by one per token, as in `generate`. What
+differs is only the consumption of the random stream once a row has dropped out (fewer rows
+per draw), so sampled tokens are not bit-identical to `generate`'s; greedy tokens are the
+same (tested).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Decoded:
+    tokens: Tensor  # [B, T] long: the response tokens, pad after the first EOS
+    logp: Tensor  # [B, T] float32: the sampler's log-prob of each token (0 after EOS)
+    lengths: Tensor  # [B] long: tokens generated per row, EOS included
+
+
+@functools.cache
+def _forward_args(model_type: type) -> tuple[str, bool]:
+    """(the forward's name for the KV cache, whether it takes `logits_to_keep`).
+
+    transformers 5.x renamed `past_key_values` to `cache`; asked once per model class.
+    """
+    params = inspect.signature(model_type.forward).parameters
+    return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
+
+
+def _top_p_filter(scores: Tensor, top_p: float) -> Tensor:
+    """HF's `TopPLogitsWarper` (min_tokens_to_keep=1), transcribed so the kept set is the same."""
+    sorted_logits, sorted_indices = torch.sort(scores, descending=False)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - top_p)
+    remove[..., -1:] = False
+    remove = remove.scatter(1, sorted_indices, remove)
+    return scores.masked_fill(remove, -float("inf"))
+
+
+@torch.no_grad()
+def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
+           max_new_tokens: int, eos_token_id: int, pad_token_id: int,
+           temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
+           min_new_tokens: int = 0, generator: torch.Generator | None = None) -> Decoded:
+    """Sample (or greedily decode) up to `max_new_tokens` tokens after each left-padded
+    prompt row; a row ends at its first EOS.
+
+    `generator`: the random stream of the draws (None: torch's default generator).
+    `min_new_tokens`: EOS is masked out (logit -inf) before that many tokens, like HF's
+    `MinNewTokensLengthLogitsProcessor`; for timing fixed-length responses.
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not greedy and temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    cache_arg, keeps_logits = _forward_args(type(model))
+    device = prompt_ids.device
+    batch = prompt_ids.shape[0]
+    tokens = torch.full((batch, max_new_tokens), pad_token_id, dtype=torch.long)
+    logps = torch.zeros(batch, max_new_tokens)
+    lengths = torch.full((batch,), max_new_tokens, dtype=torch.long)
+
+    mask = prompt_mask.long().to(device)
+    positions = (mask.cumsum(dim=-1) - 1).masked_fill(mask == 0, 0)
+    # As `generate` does: no padding at all, no mask (the attention takes its causal path).
+    use_mask = not bool((mask == 1).all())
+    extra = {"logits_to_keep": 1} if keeps_logits else {}
+    out = model(input_ids=prompt_ids.to(device), attention_mask=mask if use_mask else None,
+                position_ids=positions, use_cache=True, **extra)
+    cache = getattr(out, cache_arg)
+    # A copy: a view would keep the prefill's whole logits alive through the loop.
+    logits = out.logits[:, -1].to(torch.float32, copy=True)
+    del out
+    next_position = positions[:, -1:] + 1
+    rows = torch.arange(batch)  # original row of each row still decoding
+    for step in range(max_new_tokens):
+        scores = logits
+        if step < min_new_tokens:
+            scores[:, eos_token_id] = -float("inf")
+        if greedy:
+            token = scores.argmax(dim=-1)
+        else:
+            if temperature != 1.0:
+                scores = scores / temperature
+            if top_p < 1.0:
+                scores = _top_p_filter(scores, top_p)
+            token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)[:, 0]
+        logp = torch.log_softmax(scores, dim=-1).gather(-1, token[:, None])[:, 0]
+        token_cpu = token.cpu()
+        tokens[rows, step] = token_cpu
+        logps[rows, step] = logp.cpu()
+        if step + 1 == max_new_tokens:
+            break
+        ended = token_cpu == eos_token_id
+        if bool(ended.any()):
+            lengths[rows[ended]] = step + 1
+            keep = (~ended).nonzero()[:, 0]
+            if keep.numel() == 0:
+                break
+            rows, keep = rows[keep], keep.to(device)
+            token, mask, next_position = token[keep], mask[keep], next_position[keep]
+            cache.batch_select_indices(keep)
+        if use_mask:
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+        logits = model(input_ids=token[:, None], attention_mask=mask if use_mask else None,
+                       position_ids=next_position, use_cache=True,
+                       **{cache_arg: cache}).logits[:, -1].to(torch.float32, copy=True)
+        next_position = next_position + 1
+    return Decoded(tokens, logps, lengths)
