@@ -42,9 +42,10 @@ def test_sweeps_cover_the_reproduction_grid():
 @pytest.mark.parametrize("name", sorted(SWEEPS))
 def test_every_cell_composes_and_validates(name):
     grid = SWEEPS[name]["grid"]
+    extra = [f"{k}={v[0]}" for k, v in grid.items() if k not in ("method", "experiment", "seed")]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         for method, experiment in itertools.product(grid["method"], grid["experiment"]):
-            cfg = compose("config", overrides=[f"method={method}", f"experiment={experiment}"])
+            cfg = compose("config", overrides=[f"method={method}", f"experiment={experiment}", *extra])
             validate(cfg)
             assert cfg.method.name == method and cfg.experiment.name == experiment
 
