@@ -3,7 +3,7 @@
 Importing this module (in every verl process: use `actor_rollout_ref.model.external_lib=
 src.integrations.verl_losses`, see README.md here) registers one verl policy loss per
 method yaml in conf/method/ (`ppo`, `clip_higher`, `top_entropy`, `bapo`, `bapo_official`,
-`clip_0.8_1.5`, ...), each also under a `repro_`
+`clip_0.8_1.5`, `gspo`, `cispo`, `m2po`, `clip_cov`, `kl_cov`, ...), each also under a `repro_`
 prefix. Select one with `actor_rollout_ref.actor.policy_loss.loss_mode=bapo`. Every entry
 builds the method from `src.algorithms` and calls its `decide` and `loss` on the
 micro-batch verl passes (a whole-batch decision is then per micro-batch: use one

@@ -44,7 +44,7 @@ def test_adapter_is_the_project_objective(method):
     resolved = resolve_method(method)
     objective = resolved.objective
     assert objective == method or method == "bapo_official"
-    # verl's loss_agg_mode is the aggregation; a method's random draws are seeded by a
+    # verl's loss_agg_mode is the aggregation; random draws (clip_cov) are seeded by a
     # checksum of the behaviour log-probs
     params = dict(resolved.params, norm_length=logp.shape[-1], aggregation="token-mean",
                   seed=zlib.crc32(old.detach().float().numpy().tobytes()))
@@ -52,7 +52,7 @@ def test_adapter_is_the_project_objective(method):
     with entropy_context(ent):
         loss, metrics = call(make_policy_loss(method, returns="dict"), old, logp, adv, mask)
     assert torch.equal(loss, ref.loss)
-    # bounds a method does not have are left out of verl's float metrics
+    # bounds a method does not have (m2po, kl_cov) are left out of verl's float metrics
     assert metrics.get("actor/repro/c_low") == ref.c_low
     assert metrics.get("actor/repro/c_high") == ref.c_high
     assert metrics["actor/pg_clipfrac"] == ref.metrics["clip_frac"]
@@ -132,7 +132,7 @@ def test_registered_in_verls_registry():
     for name in ("ppo", "clip_higher", "top_entropy", "bapo", "repro_bapo", "bapo_official"):
         assert core.get_policy_loss_fn(name) is not None
     # every method is registered with the prefix; under its own name unless verl has that
-    # name for its own loss (verl's own losses keep their names)
+    # name for its own loss (verl's gspo, cispo, clip_cov, kl_cov stay verl's)
     for name in METHODS:
         ours = core.get_policy_loss_fn(f"repro_{name}")
         assert ours.__name__ == f"repro_policy_loss_{name}"
