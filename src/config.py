@@ -110,6 +110,10 @@ class LoggerConfig:
     mode: str | None = None  # wandb mode; None -> $WANDB_MODE or offline
     token_fraction: float = 1.0  # share of responses whose tokens are logged
     progress: bool = True
+    # Rescore each update's mini-batch right after its optimizer step (one no-grad forward)
+    # and log the entropy change that the step caused on its own tokens, beside the Eq. 6
+    # covariance that predicts it (`entropy_after`, `entropy_change`).
+    entropy_change: bool = False
 
 
 @dataclass

@@ -197,7 +197,17 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         record.update(skipped=False, skip_reason=None)
+        if self.cfg.logger.entropy_change and record.get("entropy_mean") is not None:
+            record.update(self._entropy_after(mb, record["entropy_mean"]))
         return record, out, logp, entropy
+
+    @torch.no_grad()
+    def _entropy_after(self, mb: MiniBatch, before: float) -> dict:
+        """Mean entropy of the mini-batch's response tokens under the weights the step just
+        made, against `before` (the same tokens' mean in the update's own forward)."""
+        _, entropy = self._score(mb.data)
+        after = float(entropy.cpu()[mb.data.response_mask].double().mean())
+        return {"entropy_after": after, "entropy_change": after - before}
 
     def _backward(self, mb: MiniBatch, on_policy: bool = False, seed: int = 0) -> UpdatePass:
         """Accumulate the gradient of the mini-batch's loss into the parameters' .grad, one
