@@ -66,8 +66,12 @@ def build_backend(cfg: Config, model, tokenizer):
 
 def build_optimizer(cfg: Config, model):
     t = cfg.train
-    optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=tuple(t.betas),
-                                  weight_decay=t.weight_decay)
+    if t.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.betas[0],
+                                    weight_decay=t.weight_decay)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=tuple(t.betas),
+                                      weight_decay=t.weight_decay)
     warmup = max(t.warmup_steps * updates_per_rollout(t), 0)  # warmup_steps counts rollouts
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warmup) if warmup else 1.0)

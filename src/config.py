@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from src.algorithms import AGGREGATIONS, METHODS, Method, build_method
 
 STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
+OPTIMIZERS = ("adamw", "sgd")
 
 
 class ConfigError(ValueError):
@@ -133,6 +134,9 @@ class TrainConfig:
     # micro-batches of this size, exactly as one pass over its mini-batch would.
     # None: the whole mini-batch in one pass.
     micro_batch_size: int | None = None
+    # adamw (default) | sgd: plain SGD with heavy-ball momentum betas[0], which moves each
+    # weight in proportion to its gradient instead of Adam's per-weight normalised step.
+    optimizer: str = "adamw"
     lr: float = 1e-4
     weight_decay: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -291,6 +295,8 @@ def _check_train(t: TrainConfig) -> None:
         _require(mini % t.micro_batch_size == 0, "train.micro_batch_size",
                  f"={t.micro_batch_size} must divide the mini-batch size {mini} "
                  f"(staleness_mode={t.staleness_mode})")
+    _require(t.optimizer in OPTIMIZERS, "train.optimizer",
+             f"must be one of {list(OPTIMIZERS)}, got {t.optimizer!r}")
     _require(t.lr > 0, "train.lr", f"must be > 0, got {t.lr}")
     _require(t.grad_clip > 0, "train.grad_clip", f"must be > 0, got {t.grad_clip}")
     _require(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas",

@@ -89,3 +89,4 @@ def test_epochs_mode_trains_k_times_on_the_whole_rollout(tmp_path, smoke_overrid
     updates = pd.DataFrame(read_metrics(run_dir)["update"])
     lag = updates.groupby("update")["abs_log_ratio_mean"].mean()
     assert lag.loc[0] == 0.0 and lag.loc[3] > lag.loc[1] > 0
+

@@ -7,7 +7,7 @@ On the warm start (any config overrides apply, e.g. train.prompts_per_step=64):
    computes each one's ppo policy gradient g_i (token-mean, ratio 1). The mean cosine
    between two batches' gradients estimates the signal share |mu|^2 / (|mu|^2 + sigma^2)
    of one batch's gradient; averaging n batches raises it (printed for n = 1, 2, 4).
-2. Takes one step of a fresh AdamW (the trainer's optimizer, grad clip 1.0) along g_0 and,
+2. Takes one step of a fresh optimizer (the run's `train.optimizer`, grad clip) along g_0 and,
    for comparison, along the mean gradient of the other batches, at several learning
    rates, and measures on held-out data what the step did: KL(old || new) per response
    token on a fresh rollout, the change of the mean log-likelihood of the reference worked
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
 from src.algorithms import group_advantages, policy_loss  # noqa: E402
-from src.build import build_model, build_task  # noqa: E402
+from src.build import build_model, build_optimizer, build_task  # noqa: E402
 from src.models.warm_start import sft_batch  # noqa: E402
 from src.policy import response_logprobs  # noqa: E402
 from src.rollout.hf import HFRollout  # noqa: E402
@@ -123,8 +124,8 @@ def main() -> None:
     for lr in (float(x) for x in args.lrs.split(",")):
         for label, g in directions.items():
             moved = copy.deepcopy(model)
-            opt = torch.optim.AdamW(moved.parameters(), lr=lr, betas=tuple(cfg.train.betas),
-                                    weight_decay=cfg.train.weight_decay)
+            step_cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=lr))
+            opt, _ = build_optimizer(step_cfg, moved)  # the run's optimizer (train.optimizer)
             set_grad(moved, g)
             torch.nn.utils.clip_grad_norm_(moved.parameters(), cfg.train.grad_clip)
             opt.step()
