@@ -12,7 +12,7 @@ import pandas as pd
 import seaborn as sns
 
 from analysis import style
-from analysis.loader import RUN_COLS, Run, RunSet
+from analysis.loader import NO_GRADIENT_STATES, RUN_COLS, Run, RunSet
 from analysis.plotting import (
     FigureResult,
     Options,
@@ -121,7 +121,7 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
         d["entropy"] = tok["entropy"].astype("float64")
         d["entropy_p80"] = p80
         d["high_entropy"] = d["entropy"] >= p80
-        d["c_low"], d["c_high"] = mruns[0].cfg("method.c_low"), mruns[0].cfg("method.c_high")
+        d["c_low"], d["c_high"] = mruns[0].method_param("c_low"), mruns[0].method_param("c_high")
         d["objective"] = mruns[0].cfg("method.objective")
         panels.append(d)
     require(bool(panels), "token parts of the chosen runs could not be read")
@@ -143,7 +143,8 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
         for mask, marker in ((~outside, "o"), (outside, ">")):
             ax.scatter(x[mask], o["prob"][mask], c=o["entropy"][mask], cmap="viridis", norm=norm,
                        s=5, marker=marker, linewidths=0, alpha=0.6, rasterized=True)
-        if d["objective"].iat[0] != "bapo":  # a fixed clip: where it cuts
+        fixed = d["objective"].iat[0] != "bapo" and d["c_low"].notna().iat[0]
+        if fixed and d["c_high"].notna().iat[0]:  # a fixed token-ratio clip: where it cuts
             for bound in (d["c_low"].iat[0], d["c_high"].iat[0]):
                 ax.axvline(bound, color="#D55E00", lw=0.8, ls="--")
             ax.text(0.03, 0.97, f"clip [{d['c_low'].iat[0]:g}, {d['c_high'].iat[0]:g}]",
@@ -173,7 +174,7 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
 
 
 def quadrant_shares(runs: RunSet) -> pd.DataFrame:
-    """Per run and token kind: tokens, clipped tokens (clip_state != none), clipped share."""
+    """Per run and token kind: tokens, clipped tokens (no gradient left), clipped share."""
     rows = []
     for run in runs.select(lambda r: bool(r.token_parts)):
         tok = runs.tokens(["logp", "advantage", "clip_state"], [run])  # one run at a time
@@ -183,7 +184,7 @@ def quadrant_shares(runs: RunSet) -> pd.DataFrame:
         high = tok["logp"].to_numpy() >= math.log(PROB_SPLIT)
         neg = tok["advantage"].to_numpy() < 0
         kind = np.where(high, 0, 2) + neg.astype(int)  # index into KINDS
-        clipped = (tok["clip_state"] != "none").to_numpy()  # categorical compare: no strings
+        clipped = tok["clip_state"].isin(NO_GRADIENT_STATES).to_numpy()
         n = np.bincount(kind, minlength=4)
         c = np.bincount(kind, weights=clipped, minlength=4)
         for i, label in enumerate(KINDS):

@@ -50,6 +50,36 @@ _PART_RE = re.compile(r"step_(\d+)")
 _DICT_COLS = ["clip_state"]
 _PARQUET = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=_DICT_COLS))
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Token clip states whose token got no gradient (src/algorithms/surrogate.py NO_GRADIENT;
+# a test keeps the two equal). Other states keep a gradient, changed (cispo, kl_cov) or not.
+NO_GRADIENT_STATES = ("clip_low", "clip_high", "dual", "masked")
+# Before each method owned its parameters, config.yaml kept them flat under `method:`
+# (method.c_low, method.q, method.entropy_scope, method.bapo.*). Old layout -> today's
+# `method.<objective>.<param>`, per objective, so old and new runs of one method are one
+# cell. The same map as src/run_dir.py's (a test keeps the two equal).
+LEGACY_METHOD_PARAMS = {
+    "ppo": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c"},
+    "clip_higher": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c"},
+    "top_entropy": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c", "q": "q",
+                    "entropy_scope": "scope"},
+    "bapo": {"dual_clip_c": "dual_clip_c"},  # and everything under the old method.bapo
+}
+
+
+def upgrade_method_layout(cfg: dict[str, Any]) -> dict[str, Any]:
+    """`cfg` with an old-layout `method:` section (flat parameters) in today's layout."""
+    method = cfg.get("method")
+    if not isinstance(method, dict) or "c_low" not in method:
+        return cfg
+    objective = method.get("objective")
+    new = {k: method[k] for k in ("name", "objective", "aggregation") if k in method}
+    # bapo's own parameters already had their section, method.bapo
+    nested = method.get(objective)
+    section = dict(nested) if isinstance(nested, dict) else {}
+    section.update({new_key: method[old] for old, new_key in LEGACY_METHOD_PARAMS.get(objective, {}).items()
+                    if old in method})
+    new[objective] = section
+    return {**cfg, "method": new}
 
 
 @dataclass
@@ -82,6 +112,10 @@ class Run:
     @property
     def last_step(self) -> int:
         return self.complete_steps[-1]
+
+    def method_param(self, key: str, default: Any = None) -> Any:
+        """A parameter of the run's method: config `method.<objective>.<key>`."""
+        return self.cfg(f"method.{self.cfg('method.objective')}.{key}", default)
 
     def cfg(self, dotted: str, default: Any = None) -> Any:
         node: Any = self.config
@@ -116,8 +150,8 @@ class RunSet:
                 "steps_used": len(r.complete_steps),
                 "last_step": r.last_step,
                 "train_steps": r.cfg("train.steps"),
-                "c_low": r.cfg("method.c_low"),
-                "c_high": r.cfg("method.c_high"),
+                "c_low": r.method_param("c_low"),
+                "c_high": r.method_param("c_high"),
                 "has_tokens": bool(r.token_parts),
                 "path": str(r.path),
                 "notes": "; ".join(r.notes),
@@ -334,6 +368,7 @@ def _load_one(root: Path, path: Path) -> tuple[Run, dict[str, pd.DataFrame]] | s
         return f"unreadable config.yaml ({type(e).__name__})"
     if not isinstance(cfg, dict):
         return "config.yaml is not a mapping"
+    cfg = upgrade_method_layout(cfg)
     meta = _read_json(path / "meta.json") or {}
     ident = _identity(cfg, meta, path)
     if isinstance(ident, str):

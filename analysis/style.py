@@ -14,8 +14,10 @@ matplotlib.use("Agg")  # headless: figures are files, never windows
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-# The four compared methods first, then the ablations the sweeps name (run_dir_spec.md).
+# The four compared methods first, then the ablations the sweeps name (run_dir_spec.md),
+# then the peer methods (the `peers` sweep).
 _DEEP = sns.color_palette("deep", 10).as_hex()
+_DARK = sns.color_palette("dark", 10).as_hex()
 KNOWN_METHOD_COLORS: dict[str, str] = {
     "ppo": _DEEP[0],
     "clip_higher": _DEEP[1],
@@ -25,12 +27,16 @@ KNOWN_METHOD_COLORS: dict[str, str] = {
     "bapo_value": _DEEP[5],
     "clip_0.8_1.5": _DEEP[6],
     "clip_0.5_1.2": _DEEP[8],
+    "gspo": _DEEP[9],
+    "cispo": _DARK[4],
+    "m2po": _DEEP[7],
+    "clip_cov": _DARK[2],
+    "kl_cov": _DARK[6],
 }
 METHOD_ORDER: list[str] = list(KNOWN_METHOD_COLORS)
 # Extra colours for methods nobody has named yet; none of them repeats a known colour.
-_EXTRA = [c for c in sns.color_palette("tab20", 20).as_hex() if c not in _DEEP] + sns.color_palette(
-    "dark", 10
-).as_hex()
+_EXTRA = [c for c in sns.color_palette("tab20", 20).as_hex() + _DARK
+          if c not in _DEEP and c not in KNOWN_METHOD_COLORS.values()]
 
 # matplotlib dash tuples (on, off, ...); "" is a solid line in seaborn's `dashes`.
 KNOWN_STALENESS_DASHES: dict[int, str | tuple[float, ...]] = {

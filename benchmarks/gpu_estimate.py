@@ -66,7 +66,6 @@ def measure(cfg) -> dict:
     from src.policy import response_logprobs
     from src.rollout import Rollout
     from src.rollout.hf import HFRollout
-    from src.trainer import method_params
 
     task = build_task(cfg)
     arch, sft = resolve_configs(dict(cfg.model.architecture), dict(cfg.model.sft))
@@ -97,7 +96,7 @@ def measure(cfg) -> dict:
                    response_ids=torch.ones(2, t, dtype=torch.long),
                    response_mask=torch.ones(2, t, dtype=torch.bool),
                    sampler_logp=torch.zeros(2, t), texts=["", ""], group_ids=torch.zeros(2))
-    params = method_params(cfg)
+    params = cfg.method.kwargs(cfg.rollout.max_new_tokens)
 
     def score():
         with torch.no_grad():

@@ -5,7 +5,8 @@
 
 The cell is rerun with `python -m src.run experiment=... method=... seed=...` into a
 scratch dir (the warm start comes from the cache, or is rebuilt the same way). Then every
-metrics.jsonl record must equal the committed one except `time_*` fields, and every
+metrics.jsonl record must equal the committed one except `time_*` fields (keys the
+committed records lack, i.e. telemetry added since, are listed, not compared), and every
 committed token row (a sample of whole responses) must equal the rerun's row for the same
 (step, update, response_id, position). Runs are deterministic on one machine and library
 stack (same seed -> same numbers); another CPU or torch build may differ in the last bits,
@@ -49,13 +50,15 @@ def _records(path: Path) -> list[dict]:
 
 
 def compare_metrics(committed: Path, rerun: Path, limit: int = 5) -> list[str]:
+    """Differences in the committed records' keys. A key only this run writes is telemetry
+    added since the cell was committed (`added_metrics`), not a difference in its numbers."""
     a, b = _records(committed / "metrics.jsonl"), _records(rerun / "metrics.jsonl")
     problems = []
     if len(a) != len(b):
         problems.append(f"metrics.jsonl: {len(a)} committed records, {len(b)} in this run")
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        for key in sorted(set(x) | set(y)):
-            if x.get(key) != y.get(key):
+        for key in sorted(x):
+            if key not in y or x[key] != y[key]:
                 problems.append(
                     f"record {i + 1} ({x.get('kind')} step {x.get('step')}) "
                     f"{key}: committed {x.get(key)!r}, this run {y.get(key)!r}"
@@ -63,6 +66,12 @@ def compare_metrics(committed: Path, rerun: Path, limit: int = 5) -> list[str]:
                 if len(problems) >= limit:
                     return problems
     return problems
+
+
+def added_metrics(committed: Path, rerun: Path) -> list[str]:
+    """Record keys this run writes that the committed cell's records do not have."""
+    a, b = _records(committed / "metrics.jsonl"), _records(rerun / "metrics.jsonl")
+    return sorted({k for x, y in zip(a, b, strict=False) for k in set(y) - set(x)})
 
 
 def _token_rows(run_dir: Path) -> pa.Table | None:
@@ -145,6 +154,9 @@ def main() -> None:
             _fail(EXIT_RUN_FAILED, f"the rerun of {args.cell} failed (see above); nothing compared")
     for note in compare_configs(committed, out):
         print(f"  note: config differs, {note}")
+    added = added_metrics(committed, out)
+    if added:
+        print(f"  note: this run also logs {', '.join(added)} (telemetry newer than the cell)")
     problems = compare_metrics(committed, out) + compare_tokens(committed, out)
     if scratch is not None and not args.keep:
         shutil.rmtree(scratch)

@@ -7,6 +7,7 @@ whose message starts with the dotted key, e.g. `train.staleness must be >= 1, go
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from src.algorithms import AGGREGATIONS, METHODS
-from src.algorithms.bapo import CONTRIBUTIONS, ORDERS
+from src.algorithms import AGGREGATIONS, METHODS, Method, build_method
 
 STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
 OPTIMIZERS = ("adamw", "sgd")
@@ -26,31 +26,43 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class BapoConfig:
-    rho0: float = 0.4
-    low_start: float = 0.6
-    low_max: float = 0.9
-    high_start: float = 1.2
-    high_max: float = 3.0
-    high_step: float = 0.05
-    low_step: float = 0.02
-    contribution: str = "gradient"
-    weights: str = "uniform"  # uniform | rollout_prob
-    order: str = "paper"  # paper | official
-    search: str = "fast"  # fast | reference (the literal loop, for audits)
-
-
-@dataclass
 class MethodConfig:
+    """What every method shares; its own parameters are `method.<objective>` in the yaml.
+
+    `params` holds the objective's parameter dataclass (src/algorithms/methods/<objective>.py,
+    where their defaults and help live), validated by it.
+    """
+
     name: str = "ppo"  # label used in run dirs and figures
     objective: str = "ppo"  # registry key in src.algorithms.METHODS
-    c_low: float = 0.8
-    c_high: float = 1.2
-    dual_clip_c: float | None = None
-    aggregation: str = "token-mean"
-    q: float = 0.2  # top_entropy: share of tokens kept
-    entropy_scope: str = "minibatch"  # top_entropy: minibatch | rollout
-    bapo: BapoConfig = field(default_factory=BapoConfig)
+    aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
+    params: Any = None  # the objective's parameters (method.<objective> in the yaml)
+
+    def __post_init__(self) -> None:
+        if self.params is None and self.objective in METHODS:
+            self.params = METHODS[self.objective].Params()
+
+    def build(self, norm_length: int | None = None) -> Method:
+        """The method, bound to these parameters and the shared loss settings.
+
+        `norm_length`: the Dr. GRPO constant of seq-mean-token-sum-norm (max response length).
+        """
+        return build_method(self.objective, self.params, aggregation=self.aggregation,
+                            norm_length=norm_length)
+
+    def kwargs(self, norm_length: int | None = None) -> dict[str, Any]:
+        """Keyword arguments for `src.algorithms.policy_loss(self.objective, ...)`."""
+        return {**dataclasses.asdict(self.params), "aggregation": self.aggregation,
+                "norm_length": norm_length}
+
+    def to_container(self) -> dict[str, Any]:
+        """The `method:` section as written in config.yaml: shared keys, then method.<objective>."""
+        out = {k: getattr(self, k) for k in SHARED_METHOD_KEYS}
+        out[self.objective] = dataclasses.asdict(self.params)
+        return out
+
+
+SHARED_METHOD_KEYS = ("name", "objective", "aggregation")
 
 
 @dataclass
@@ -175,35 +187,64 @@ def _require(ok: bool, key: str, message: str) -> None:
         raise ConfigError(f"{key} {message}")
 
 
+def _split_method(raw: dict) -> tuple[dict, Any]:
+    """`raw` without the method's own section, and the objective's parameters, validated.
+
+    The `method:` node holds the shared keys (MethodConfig) and one section named after
+    the objective; that section is checked against the objective's parameter dataclass, so
+    every error names its full key (`method.bapo.rho0 must be in (0, 1), got 1.5`).
+    """
+    method = dict(raw.get("method") or {})
+    objective = method.get("objective", MethodConfig.objective)
+    _require(objective in METHODS, "method.objective",
+             f"must be one of {sorted(METHODS)}, got {objective!r}")
+    params_cls = METHODS[objective].Params
+    section = None
+    for key in [k for k in method if k not in SHARED_METHOD_KEYS]:
+        value = method.pop(key)
+        if key == objective:
+            section = value
+        elif key in METHODS:
+            raise ConfigError(f"method.{key}: parameters of objective {key}, but method.objective "
+                              f"is {objective}; set method.objective={key} or drop method.{key}")
+        elif key in {f.name for f in dataclasses.fields(params_cls)}:
+            raise ConfigError(f"method.{key}: the method's parameters live under "
+                              f"method.{objective}; use method.{objective}.{key}")
+        else:
+            raise ConfigError(f"method.{key}: no such key; method takes {list(SHARED_METHOD_KEYS)} "
+                              f"and method.{objective}.<parameter>")
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError(f"method.{objective} must be a mapping of the method's parameters, "
+                          f"got {section!r}")
+    try:
+        params = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(params_cls), section or {}))
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(f"method.{objective}.{key}: {str(e).splitlines()[0]}") from None
+    try:
+        params.validate()
+    except ValueError as e:
+        raise ConfigError(f"method.{objective}.{e}") from None
+    return {**raw, "method": method}, params
+
+
 def _check_method(m: MethodConfig) -> None:
-    _require(m.objective in METHODS, "method.objective",
-             f"must be one of {sorted(METHODS)}, got {m.objective!r}")
-    _require(0.0 <= m.c_low < m.c_high, "method.c_low",
-             f"must satisfy 0 <= c_low < c_high, got c_low={m.c_low}, c_high={m.c_high}")
-    _require(m.dual_clip_c is None or m.dual_clip_c > 1.0, "method.dual_clip_c",
-             f"must be > 1 or null, got {m.dual_clip_c}")
     _require(m.aggregation in AGGREGATIONS, "method.aggregation",
              f"must be one of {list(AGGREGATIONS)}, got {m.aggregation!r}")
-    _require(0.0 < m.q <= 1.0, "method.q", f"must be in (0, 1], got {m.q}")
-    _require(m.entropy_scope in ("minibatch", "rollout"), "method.entropy_scope",
-             f"must be minibatch or rollout, got {m.entropy_scope!r}")
-    b = m.bapo
-    _require(0.0 < b.rho0 < 1.0, "method.bapo.rho0", f"must be in (0, 1), got {b.rho0}")
-    _require(0.0 < b.low_start <= b.low_max, "method.bapo.low_start",
-             f"must satisfy 0 < low_start <= low_max, got {b.low_start}, {b.low_max}")
-    _require(b.high_start <= b.high_max, "method.bapo.high_start",
-             f"must be <= method.bapo.high_max, got {b.high_start} > {b.high_max}")
-    _require(b.low_max < b.high_start, "method.bapo.low_max",
-             f"must be < method.bapo.high_start so that c_low < c_high, got {b.low_max} >= {b.high_start}")
-    _require(b.high_step > 0, "method.bapo.high_step", f"must be > 0, got {b.high_step}")
-    _require(b.low_step > 0, "method.bapo.low_step", f"must be > 0, got {b.low_step}")
-    _require(b.contribution in CONTRIBUTIONS, "method.bapo.contribution",
-             f"must be one of {list(CONTRIBUTIONS)}, got {b.contribution!r}")
-    _require(b.weights in ("uniform", "rollout_prob"), "method.bapo.weights",
-             f"must be uniform or rollout_prob, got {b.weights!r}")
-    _require(b.order in ORDERS, "method.bapo.order", f"must be one of {list(ORDERS)}, got {b.order!r}")
-    _require(b.search in ("fast", "reference"), "method.bapo.search",
-             f"must be fast or reference, got {b.search!r}")
+
+
+def validate_method(method: dict) -> MethodConfig:
+    """A `method:` section alone (the plugs' entry): typed and checked as `validate` does."""
+    plain, params = _split_method({"method": dict(method)})
+    try:
+        m: MethodConfig = OmegaConf.to_object(
+            OmegaConf.merge(OmegaConf.structured(MethodConfig), plain["method"]))
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(f"method.{key}: {str(e).splitlines()[0]}") from None
+    m.params = params
+    _check_method(m)
+    return m
 
 
 def rollout_prompts(t: TrainConfig) -> int:
@@ -332,12 +373,19 @@ def validate(cfg: DictConfig | dict) -> Config:
     if isinstance(raw.get("resume"), bool):  # Hydra reads `resume=true` as a bool
         raw = OmegaConf.merge(raw, {"resume": "true" if raw.resume else "false"})
     try:
-        typed = OmegaConf.merge(OmegaConf.structured(Config), raw)
+        plain = OmegaConf.to_container(raw, resolve=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "config"
+        raise ConfigError(f"{key}: {str(e).splitlines()[0]}") from None
+    plain, params = _split_method(plain)
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(Config), plain)
         config: Config = OmegaConf.to_object(typed)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "config"
         reason = str(e).splitlines()[0]
         raise ConfigError(f"{key}: {reason}") from None
+    config.method.params = params
     _check_method(config.method)
     _check_train(config.train)
     _check_rest(config)
@@ -345,4 +393,7 @@ def validate(cfg: DictConfig | dict) -> Config:
 
 
 def to_container(config: Config) -> dict:
-    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)
+    """The resolved config as plain data (config.yaml), the method in its yaml layout."""
+    out = OmegaConf.to_container(OmegaConf.structured(config), resolve=True)
+    out["method"] = config.method.to_container()
+    return out

@@ -189,10 +189,14 @@ def unknown_key_message(key: str, overrides: list[str]) -> str:
         return generic
     others = [o for o in overrides if o.lstrip("+~").split("=")[0] != key]
     try:
-        current = compose(config_name="config", overrides=others,
-                          return_hydra_config=True).hydra.runtime.choices[group]
+        composed = compose(config_name="config", overrides=others, return_hydra_config=True)
+        current = composed.hydra.runtime.choices[group]
     except Exception:  # the rest of the command is broken too: say what we know
         return generic
+    moved = _method_param_key(key, composed)
+    if moved:
+        return (f"{key}: the method's parameters live under method.<objective>; "
+                f"use {moved}")
     owners = []
     for option in options:
         try:
@@ -209,3 +213,14 @@ def unknown_key_message(key: str, overrides: list[str]) -> str:
 
 
 _MISSING = object()
+
+
+def _method_param_key(key: str, composed: DictConfig) -> str | None:
+    """`method.c_low` (the layout before methods owned their parameters) -> the key it is
+    now, `method.ppo.c_low`, when the selected method has that parameter."""
+    parts = key.split(".")
+    if len(parts) != 2 or parts[0] != "method":
+        return None
+    objective = OmegaConf.select(composed, "method.objective", default=None)
+    moved = f"method.{objective}.{parts[1]}"
+    return moved if OmegaConf.select(composed, moved, default=_MISSING) is not _MISSING else None

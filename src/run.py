@@ -8,11 +8,9 @@ with the same config (src/run_dir.py). A run ends with a summary of its numbers.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import time
 import traceback
@@ -51,25 +49,6 @@ def preflight(args: list[str]) -> None:
         check_run([a for a in args if a not in MULTIRUN_FLAGS], multirun)
     except ConfigError as e:
         config_exit(str(e))
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=CONF_DIR.parent, capture_output=True,
-                             text=True, timeout=10)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _versions() -> dict[str, str]:
-    found = {}
-    for name in _VERSIONED:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return found
 
 
 def prepare_run_dir(cfg: Config, run_dir: Path) -> str:
@@ -112,7 +91,14 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
         prompt_formatter,
     )
     from src.checkpoint import TrainState, load_latest, prune_finished, restore
-    from src.telemetry import RunWriter, display_path, now_iso, summary_lines
+    from src.telemetry import (
+        RunWriter,
+        display_path,
+        git_commit,
+        now_iso,
+        package_versions,
+        summary_lines,
+    )
     from src.trainer import NumericFault, Trainer
 
     mode = prepare_run_dir(cfg, run_dir)
@@ -144,7 +130,7 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
                                name=f"{cfg.experiment.name}-{cfg.method.name}-seed{cfg.seed}",
                                mode=cfg.logger.mode or os.environ.get("WANDB_MODE", "offline"))
     started = now_iso()
-    meta = {"git_commit": _git_commit(), "versions": _versions(), "device": str(device),
+    meta = {"git_commit": git_commit(), "versions": package_versions(_VERSIONED), "device": str(device),
             "cpu": platform.processor() or platform.machine(), "threads": cfg.train.threads,
             "start_time": started, "method": cfg.method.name, "experiment": cfg.experiment.name,
             "staleness": cfg.train.staleness, "staleness_mode": cfg.train.staleness_mode,

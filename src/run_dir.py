@@ -35,6 +35,16 @@ NON_NUMERIC_KEYS = (
     "checkpoint.keep",
     "checkpoint.keep_final",
 )
+# Before each method owned its parameters, config.yaml kept them flat under `method:`
+# (method.c_low, method.q, method.entropy_scope, method.bapo.*). Old layout -> the
+# objective's section, per objective; analysis/loader.py keeps the same map (a test checks).
+LEGACY_METHOD_PARAMS = {
+    "ppo": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c"},
+    "clip_higher": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c"},
+    "top_entropy": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c", "q": "q",
+                    "entropy_scope": "scope"},
+    "bapo": {"dual_clip_c": "dual_clip_c"},  # and everything under the old method.bapo
+}
 # The parts of the path itself: never repeated in the tag.
 PATH_KEYS = ("experiment", "method", "seed")
 MAX_TAG_CHARS = 80
@@ -80,15 +90,32 @@ def config_differences(stored: dict, current: dict) -> list[tuple[str, Any, Any]
             if a.get(k, _ABSENT) != b.get(k, _ABSENT)]
 
 
+def upgrade_method_layout(cfg: dict) -> dict:
+    """`cfg` with an old-layout `method:` section (flat parameters) in today's layout."""
+    method = cfg.get("method")
+    if not isinstance(method, dict) or "c_low" not in method:
+        return cfg  # today's layout: the shared keys and method.<objective>
+    objective = method.get("objective")
+    new = {k: method[k] for k in ("name", "objective", "aggregation") if k in method}
+    # bapo's own parameters already had their section, method.bapo
+    nested = method.get(objective)
+    section = dict(nested) if isinstance(nested, dict) else {}
+    section.update({new_key: method[old] for old, new_key in LEGACY_METHOD_PARAMS.get(objective, {}).items()
+                    if old in method})
+    new[objective] = section
+    return {**cfg, "method": new}
+
+
 def stored_config(run_dir: Path) -> dict | None:
-    """The config.yaml a run dir was made with; None when it has none (or it is unreadable)."""
+    """The config.yaml a run dir was made with, in today's layout; None when it has none
+    (or it is unreadable)."""
     import yaml
 
     try:
         loaded = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
     except (OSError, yaml.YAMLError):
         return None
-    return loaded if isinstance(loaded, dict) else None
+    return upgrade_method_layout(loaded) if isinstance(loaded, dict) else None
 
 
 def mismatch_message(run_dir: Path, differences: list[tuple[str, Any, Any]], shown: int = 3) -> str:

@@ -10,16 +10,22 @@ so update 0 is on-policy bit for bit (ratio == 1) and sampler drift is only a me
 Without micro-batching, update 0 backpropagates through mini-batch 0's behaviour forward
 itself (run with grad) instead of repeating it.
 
+The method (`cfg.method.build()`, src/algorithms/methods/) is used only through its
+interface: its decision over the whole mini-batch, then its loss; the update's metrics
+(`src.algorithms.metrics`) and token rows (`src.records`) are computed once from the
+output over the whole mini-batch.
+
 Micro-batching (`train.micro_batch_size`): each update's forward/backward runs over
 micro-batches of that many responses (the behaviour pass too, on the same micro-batches),
 with gradients accumulated so that the result is the whole mini-batch's gradient: every
 micro-batch's loss is normalised by the whole mini-batch's denominator
-(`surrogate.loss_denominator`). What a method decides over the whole mini-batch is decided
-once per update before the gradient passes, from a no-grad pass over the micro-batches:
-BAPO's bounds (searched on all the mini-batch's current ratios) and top_entropy's top-q
-selection. At an update with no optimizer step since the behaviour pass that pass's
-numbers are the current policy's, so it is reused instead. Metrics and token rows are
-computed once over the whole mini-batch's per-token tensors, as without micro-batching.
+(`Method.denominator`). What a method decides over the whole mini-batch (BAPO's bounds,
+top_entropy's selection, m2po's mask, ...) is decided once per update before the gradient
+passes, from a no-grad pass over the micro-batches, and each micro-batch gets its part
+(`Decision.take`). At an update with no optimizer step since the behaviour pass that
+pass's numbers are the current policy's, so it is reused instead. A method that decides
+once per rollout (top_entropy scope=rollout) decides on the behaviour pass of all the
+rollout's mini-batches.
 """
 
 from __future__ import annotations
@@ -34,21 +40,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from src.algorithms import CLIP_STATES, PolicyLossOutput, group_advantages, policy_loss, top_q_mask
+from src.algorithms import Decision, PolicyLossOutput, group_advantages, update_metrics
 from src.algorithms._checks import NonFiniteError
-from src.algorithms.surrogate import loss_denominator
 from src.checkpoint import TrainState, save_checkpoint
 from src.config import Config, minibatch_count, passes_per_rollout, rollout_prompts
 from src.policy import response_logprobs
+from src.records import concat_columns, rollout_record, token_columns, update_means
 from src.rollout import Rollout, RolloutBackend
 from src.tasks.rewards import assign_rewards
 from src.telemetry import RunWriter
-
-STEP_MEAN_KEYS = ("clip_frac", "clip_low_frac", "clip_high_frac", "clip_frac_pos", "clip_frac_neg",
-                  "token_share_pos", "token_share_neg", "contrib_grad_pos_share",
-                  "contrib_value_pos_share", "c_low", "c_high", "rho", "grad_norm", "kl_k3",
-                  "entropy_clip_cov", "abs_log_ratio_mean")
-_CLIP_NAMES = np.array(CLIP_STATES)
 
 
 class NumericFault(RuntimeError):
@@ -63,7 +63,7 @@ class MiniBatch:
     entropy_behavior: Tensor
     advantages: Tensor  # [b] per response
     rewards: Tensor
-    selection: Tensor | None = None  # top_entropy with scope=rollout
+    decision: Decision | None = None  # taken once per rollout (e.g. top_entropy scope=rollout)
     # Mini-batch 0's behaviour pass, run with grad: (logp, entropy) for update 0 to use, so
     # that its forward is not run twice with the same weights on the same tensors.
     policy_pass: tuple[Tensor, Tensor] | None = None
@@ -81,27 +81,6 @@ class UpdatePass:
     skip_reason: str | None = None
 
 
-def method_params(cfg: Config) -> dict:
-    m = cfg.method
-    common = {"dual_clip_c": m.dual_clip_c, "aggregation": m.aggregation,
-              "norm_length": cfg.rollout.max_new_tokens}
-    if m.objective == "bapo":
-        b = m.bapo
-        return {**common, "rho0": b.rho0, "low_start": b.low_start, "low_max": b.low_max,
-                "high_start": b.high_start, "high_max": b.high_max, "high_step": b.high_step,
-                "low_step": b.low_step, "contribution": b.contribution, "weights": b.weights,
-                "order": b.order, "search": b.search}
-    params = {**common, "c_low": m.c_low, "c_high": m.c_high}
-    if m.objective == "top_entropy":
-        params["q"] = m.q
-    return params
-
-
-def _mean(values: list) -> float | None:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    return sum(vals) / len(vals) if vals else None
-
-
 class Trainer:
     def __init__(self, cfg: Config, model, tokenizer, task, backend: RolloutBackend,
                  optimizer, scheduler, writer: RunWriter, checkpoint_dir: Path,
@@ -111,13 +90,17 @@ class Trainer:
         self.backend, self.optimizer, self.scheduler = backend, optimizer, scheduler
         self.writer, self.checkpoint_dir = writer, checkpoint_dir
         self.evaluate, self.format_prompt = evaluate, format_prompt
-        self.params = method_params(cfg)
+        self.method = cfg.method.build(norm_length=cfg.rollout.max_new_tokens)
         self.log_tokens = True
 
     # -- one step -------------------------------------------------------------------
     def _step_seed(self, step: int) -> int:
         # Each step's randomness depends only on (seed, step): resume needs no RNG replay.
         return (self.cfg.seed * 1_000_003 + step * 7_919) % (2**31 - 1)
+
+    def _update_seed(self, step: int, update: int) -> int:
+        """The seed of a method's random decision (clip_cov's draw) at one update."""
+        return (self._step_seed(step) + 104_729 * (update + 1)) % (2**31 - 1)
 
     def _minibatches(self, roll: Rollout, advantages: Tensor, rewards: Tensor,
                      step: int) -> list[MiniBatch]:
@@ -132,8 +115,8 @@ class Trainer:
                 logp_b, ent_b, kept = self._behaviour_pass(data, first=not batches)
                 batches.append(MiniBatch(rows, data, logp_b, ent_b, advantages[rows], rewards[rows],
                                          policy_pass=kept))
-        if self.cfg.method.objective == "top_entropy" and self.cfg.method.entropy_scope == "rollout":
-            self._rollout_scope_selection(batches)
+        if self.method.decision_scope == "rollout":
+            self._rollout_decision(batches, self._step_seed(step))
         return batches
 
     def _behaviour_pass(self, data: Rollout, first: bool
@@ -171,32 +154,42 @@ class Trainer:
                 entropy[rows, :lp.shape[1]] = ent
         return logp, entropy
 
-    def _rollout_scope_selection(self, batches: list[MiniBatch]) -> None:
-        """One top-q threshold over the whole rollout, from the behaviour entropies."""
-        flat = torch.cat([mb.entropy_behavior.cpu()[mb.data.response_mask] for mb in batches])
-        keep = top_q_mask(flat, torch.ones_like(flat, dtype=torch.bool), self.cfg.method.q)
+    def _rollout_decision(self, batches: list[MiniBatch], seed: int) -> None:
+        """The method's decision once over the whole rollout, from the behaviour pass: its
+        mini-batches stacked in order (padded to the longest), each given its rows."""
+        length = max(mb.logp_behavior.shape[1] for mb in batches)
+
+        def stacked(tensors: list[Tensor]) -> Tensor:
+            return torch.cat([torch.nn.functional.pad(t, (0, length - t.shape[1])) for t in tensors])
+
+        device = batches[0].logp_behavior.device
+        logp = stacked([mb.logp_behavior for mb in batches])
+        mask = stacked([mb.data.response_mask.to(device) for mb in batches])
+        adv = stacked([mb.advantages.to(device)[:, None].expand_as(mb.logp_behavior) for mb in batches])
+        entropy = stacked([mb.entropy_behavior for mb in batches])
+        decision = self.method.decide(self.method.decision_inputs(logp, logp, adv, mask, entropy, seed))
         start = 0
         for mb in batches:
-            n = int(mb.data.response_mask.sum())
-            sel = torch.zeros_like(mb.data.response_mask)
-            sel[mb.data.response_mask] = keep[start:start + n]
-            mb.selection, start = sel, start + n
+            rows, t = mb.logp_behavior.shape
+            mb.decision, start = decision.take(slice(start, start + rows), t), start + rows
 
-    def _update(self, mb: MiniBatch, on_policy: bool = False
+    def _update(self, mb: MiniBatch, on_policy: bool = False, seed: int = 0
                 ) -> tuple[dict, object | None, Tensor | None, Tensor | None]:
         """One optimizer update; returns (record, loss output, logp, entropy).
 
-        `on_policy`: no optimizer step since the behaviour pass (the weights are unchanged).
+        `on_policy`: no optimizer step since the behaviour pass (the weights are unchanged);
+        `seed`: for a method's random decision.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        done = self._backward(mb, on_policy)
+        done = self._backward(mb, on_policy, seed)
         out, logp, entropy = done.out, done.logp, done.entropy
         if done.skip_reason is not None:
             self.optimizer.zero_grad(set_to_none=True)
             return {"skipped": True, "skip_reason": done.skip_reason}, out, logp, entropy
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                          self.cfg.train.grad_clip))
-        record = {**out.metrics, "loss": float(out.loss.detach()), "grad_norm": grad_norm}
+        metrics = update_metrics(out, mb.advantages, mb.data.response_mask, logp, entropy)
+        record = {**metrics, "loss": float(out.loss.detach()), "grad_norm": grad_norm}
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             record.update(skipped=True, skip_reason="non-finite grad norm", grad_norm=None)
@@ -216,15 +209,12 @@ class Trainer:
         after = float(entropy.cpu()[mb.data.response_mask].double().mean())
         return {"entropy_after": after, "entropy_change": after - before}
 
-    def _backward(self, mb: MiniBatch, on_policy: bool = False) -> UpdatePass:
+    def _backward(self, mb: MiniBatch, on_policy: bool = False, seed: int = 0) -> UpdatePass:
         """Accumulate the gradient of the mini-batch's loss into the parameters' .grad, one
         forward/backward per micro-batch; the result is that of one pass over the whole."""
-        method = self.cfg.method.objective
+        method = self.method
         device = mb.logp_behavior.device
         mask, adv = mb.data.response_mask.to(device), mb.advantages.to(device)
-        params = dict(self.params)
-        if mb.selection is not None:
-            params["selection_mask"] = mb.selection.to(device)
         parts = self._micro_slices(mb.data.size)
         if len(parts) == 1:
             if mb.policy_pass is not None:  # the behaviour pass's forward, with its graph
@@ -232,7 +222,8 @@ class Trainer:
             else:
                 logp, entropy = response_logprobs(self.model, mb.data)
             try:
-                out = policy_loss(method, logp, mb.logp_behavior, adv, mask, entropy=entropy, **params)
+                decision = mb.decision or self._decide(mb, logp, entropy, mask, adv, seed)
+                out = method.loss(logp, mb.logp_behavior, adv, mask, decision)
             except NonFiniteError as e:
                 return UpdatePass(None, None, None, f"non-finite input: {e}")
             if not torch.isfinite(out.loss):
@@ -241,11 +232,10 @@ class Trainer:
             return UpdatePass(out, logp, entropy)
 
         try:
-            params.update(self._whole_batch_choices(mb, mask, adv, on_policy))
+            decision = mb.decision or self._whole_batch_decision(mb, mask, adv, on_policy, seed)
         except NonFiniteError as e:
             return UpdatePass(None, None, None, f"non-finite input: {e}")
-        in_loss = mask & params["selection_mask"] if "selection_mask" in params else mask
-        denominator = loss_denominator(in_loss, params["aggregation"], params["norm_length"])
+        denominator = method.denominator(mask, decision)
         logp_all = torch.zeros(mask.shape, dtype=mb.logp_behavior.dtype, device=device)
         entropy_all = torch.zeros_like(logp_all)
         finite = True
@@ -254,74 +244,55 @@ class Trainer:
             if not bool(data.response_mask.any()):
                 continue  # no response token: nothing to score, no gradient
             t = data.response_ids.shape[1]
-            part = {**params}
-            if "selection_mask" in part:
-                part["selection_mask"] = part["selection_mask"][rows, :t]
             # After a non-finite loss no gradient is needed, only the numbers for telemetry.
             with torch.set_grad_enabled(finite and torch.is_grad_enabled()):
                 logp, entropy = response_logprobs(self.model, data)
                 logp_all[rows, :t], entropy_all[rows, :t] = logp.detach(), entropy
                 try:
-                    out = policy_loss(method, logp, mb.logp_behavior[rows, :t], adv[rows],
-                                      mask[rows, :t], entropy=entropy,
-                                      loss_denominator=denominator, **part)
+                    out = method.loss(logp, mb.logp_behavior[rows, :t], adv[rows], mask[rows, :t],
+                                      decision.take(rows, t), denominator=denominator)
                 except NonFiniteError as e:
                     return UpdatePass(None, None, None, f"non-finite input: {e}")
                 finite = finite and bool(torch.isfinite(out.loss))
                 if finite and out.loss.requires_grad:
                     out.loss.backward()
             del logp, entropy, out  # this micro-batch's graph and logits go here
-        with torch.no_grad():  # the whole mini-batch's loss value, metrics and token states
-            out = policy_loss(method, logp_all, mb.logp_behavior, adv, mask,
-                              entropy=entropy_all, **params)
+        with torch.no_grad():  # the whole mini-batch's loss value and token states
+            out = method.loss(logp_all, mb.logp_behavior, adv, mask, decision)
         return UpdatePass(out, logp_all, entropy_all, None if finite else "non-finite loss")
 
-    def _whole_batch_choices(self, mb: MiniBatch, mask: Tensor, adv: Tensor,
-                             on_policy: bool) -> dict:
-        """BAPO's bounds and top_entropy's top-q selection, taken once on the whole
-        mini-batch's current log-probs and then held fixed across its micro-batches."""
-        method = self.cfg.method.objective
-        if method != "bapo" and not (method == "top_entropy" and mb.selection is None):
-            return {}
+    def _decide(self, mb: MiniBatch, logp: Tensor, entropy: Tensor | None, mask: Tensor,
+                adv: Tensor, seed: int) -> Decision:
+        """The method's decision on the whole mini-batch's current numbers (detached)."""
+        if not self.method.decides:
+            return Decision()
+        return self.method.decide(self.method.decision_inputs(
+            logp, mb.logp_behavior, adv, mask, entropy, seed))
+
+    def _whole_batch_decision(self, mb: MiniBatch, mask: Tensor, adv: Tensor, on_policy: bool,
+                              seed: int) -> Decision:
+        """The decision on the whole mini-batch, taken once before its micro-batches'
+        gradient passes and then held fixed across them."""
+        if not self.method.decides:
+            return Decision()
         if on_policy:
             # The behaviour pass scored these same micro-batches with these same weights:
             # its numbers are the current policy's, bit for bit, so no second pass.
             logp, entropy = mb.logp_behavior, mb.entropy_behavior
         else:
             with torch.no_grad():
-                logp, entropy = self._score(mb.data, with_entropy=method == "top_entropy")
-        with torch.no_grad():
-            whole = policy_loss(method, logp, mb.logp_behavior, adv, mask, entropy=entropy,
-                                **self.params)
-        if method == "bapo":
-            return {"bounds": whole.bounds}
-        return {"selection_mask": whole.in_loss}
+                logp, entropy = self._score(mb.data, with_entropy=self.method.needs_entropy)
+        return self._decide(mb, logp, entropy, mask, adv, seed)
 
-    def _token_columns(self, step: int, update: int, mb: MiniBatch, out, logp: Tensor,
-                       entropy: Tensor, keep_rows: Tensor) -> dict[str, np.ndarray]:
-        sel = mb.data.response_mask & keep_rows[mb.rows][:, None]
-        rows, pos = sel.nonzero(as_tuple=True)
-        lengths = mb.data.lengths()
-        n = int(sel.sum())
-
-        def f32(t: Tensor) -> np.ndarray:
-            return t.detach().cpu()[sel].float().numpy()
-
-        return {
-            "step": np.full(n, step, np.int32), "update": np.full(n, update, np.int16),
-            "response_id": mb.rows[rows].numpy().astype(np.int32),
-            "group_id": mb.data.group_ids[rows].numpy().astype(np.int32),
-            "position": pos.numpy().astype(np.int16),
-            "token_id": mb.data.response_ids[sel].numpy().astype(np.int32),
-            "logp_behavior": f32(mb.logp_behavior), "logp_sampler": f32(mb.data.sampler_logp),
-            "logp": f32(logp), "ratio": f32(out.ratio),
-            "advantage": mb.advantages[rows].float().numpy(), "entropy": f32(entropy),
-            "clip_state": _CLIP_NAMES[out.clip_state.cpu()[sel].numpy()],
-            "in_loss": out.in_loss.cpu()[sel].numpy(),
-            "c_low": np.full(n, out.c_low, np.float32), "c_high": np.full(n, out.c_high, np.float32),
-            "reward": mb.rewards[rows].float().numpy(),
-            "response_length": lengths[rows].numpy().astype(np.int16),
-        }
+    def _token_columns(self, step: int, update: int, mb: MiniBatch, out: PolicyLossOutput,
+                       logp: Tensor, entropy: Tensor, keep_rows: Tensor) -> dict[str, np.ndarray]:
+        return token_columns(
+            step=step, update=update, select=mb.data.response_mask & keep_rows[mb.rows][:, None],
+            response_ids=mb.rows, group_ids=mb.data.group_ids, token_ids=mb.data.response_ids,
+            logp_behavior=mb.logp_behavior, logp_sampler=mb.data.sampler_logp, logp=logp,
+            ratio=out.ratio, advantages=mb.advantages, entropy=entropy, clip_state=out.clip_state,
+            in_loss=out.in_loss, c_low=out.c_low, c_high=out.c_high, rewards=mb.rewards,
+            lengths=mb.data.lengths())
 
     def train_step(self, state: TrainState) -> dict:
         cfg, step = self.cfg, state.step
@@ -350,10 +321,11 @@ class Trainer:
         for epoch in range(passes_per_rollout(cfg.train)):
             for j, mb in enumerate(batches):
                 t0 = time.perf_counter()
-                record, out, logp, entropy = self._update(mb, on_policy=applied == 0)
+                update_index = epoch * len(batches) + j
+                record, out, logp, entropy = self._update(
+                    mb, on_policy=applied == 0, seed=self._update_seed(step, update_index))
                 dt = time.perf_counter() - t0
                 time_update += dt
-                update_index = epoch * len(batches) + j
                 record.update(step=step, update=update_index, global_update=state.global_update,
                               policy_lag=applied, time_update_s=dt)
                 state.global_update += 1
@@ -371,8 +343,7 @@ class Trainer:
                 updates.append(record)
         t0 = time.perf_counter()
         if token_parts:
-            self.writer.write_tokens(step, {k: np.concatenate([p[k] for p in token_parts])
-                                            for k in token_parts[0]})
+            self.writer.write_tokens(step, concat_columns(token_parts))
         time_telemetry += time.perf_counter() - t0
         state.task_position += n_prompts
         record = self._step_record(step, roll, rewards, scores, adv, batches, updates)
@@ -402,24 +373,14 @@ class Trainer:
                 f"stopping. The last good checkpoint is kept in {self.checkpoint_dir}")
 
     def _step_record(self, step, roll, rewards, scores, adv, batches, updates) -> dict:
-        lengths = roll.lengths().float()
-        a = adv.advantages
         ent = torch.cat([mb.entropy_behavior.cpu()[mb.data.response_mask] for mb in batches])
         gap = torch.cat([(mb.data.sampler_logp - mb.logp_behavior.cpu())[mb.data.response_mask].abs()
                          for mb in batches])
-        record = {
-            "step": step, "reward_mean": float(rewards.mean()),
-            "accuracy": float((scores >= 1.0).float().mean()),  # the verifier's, whatever the reward
-            "degenerate_groups": adv.degenerate_groups, "num_groups": adv.num_groups,
-            "response_length_mean": float(lengths.mean()),
-            "response_length_pos": float(lengths[a > 0].mean()) if bool((a > 0).any()) else None,
-            "response_length_neg": float(lengths[a < 0].mean()) if bool((a < 0).any()) else None,
-            "entropy_mean": float(ent.mean()), "sampler_logp_gap": float(gap.mean()),
-            "skipped_updates": sum(1 for u in updates if u["skipped"]),
-        }
-        good = [u for u in updates if not u["skipped"]]
-        for key in STEP_MEAN_KEYS:
-            record[key] = _mean([u.get(key) for u in good])
+        record = rollout_record(step, rewards, scores >= 1.0,  # the verifier's, whatever the reward
+                                roll.lengths(), adv.advantages,
+                                degenerate_groups=adv.degenerate_groups, num_groups=adv.num_groups,
+                                entropy_mean=float(ent.mean()), sampler_logp_gap=float(gap.mean()))
+        record.update(update_means(updates))
         return record
 
     # -- the loop -------------------------------------------------------------------
@@ -450,7 +411,7 @@ class Trainer:
 
     def _postfix(self, record: dict) -> dict:
         post = {"reward": f"{record['reward_mean']:.2f}", "H": f"{record['entropy_mean']:.3f}"}
-        if self.cfg.method.objective == "bapo" and record.get("c_low") is not None:
+        if record.get("c_low") is not None and record.get("c_high") is not None:
             post.update(c_low=f"{record['c_low']:.2f}", c_high=f"{record['c_high']:.2f}")
         return post
 

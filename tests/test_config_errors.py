@@ -20,13 +20,18 @@ BAD_CONFIGS = [
     (["train.staleness=3"], "train.staleness"),  # 16 x 8 = 128 responses, 3 does not divide
     (["method=bapo", "method.bapo.rho0=1.5"], "method.bapo.rho0"),
     (["method=bapo", "method.bapo.rho0=0"], "method.bapo.rho0"),
-    (["method.c_low=1.3", "method.c_high=1.2"], "method.c_low"),
+    (["method.ppo.c_low=1.3", "method.ppo.c_high=1.2"], "method.ppo.c_low"),
+    (["method.c_low=0.7"], "method.ppo.c_low"),  # the old flat layout: named where it moved
     (["method=bapo", "method.bapo.low_max=1.3"], "method.bapo.low_max"),
     (["method=bapo", "method.bapo.high_start=3.5"], "method.bapo.high_start"),
     (["train.steps=0"], "train.steps"),
     (["train.steps=-5"], "train.steps"),
-    (["method=top_entropy", "method.q=0"], "method.q"),
-    (["method=top_entropy", "method.q=1.5"], "method.q"),
+    (["method=top_entropy", "method.top_entropy.q=0"], "method.top_entropy.q"),
+    (["method=top_entropy", "method.top_entropy.q=1.5"], "method.top_entropy.q"),
+    (["method=top_entropy", "method.top_entropy.scope=batch"], "method.top_entropy.scope"),
+    (["method=bapo", "method.bapo.dual_clip_c=0.5"], "method.bapo.dual_clip_c"),
+    (["method=ppo", "method.aggregation=mean"], "method.aggregation"),
+    (["method=ppo", "method.objective=bapo"], "method.ppo"),  # ppo's section, bapo's objective
     (["method=nonexistent"], "method"),
     (["task=nonexistent"], "task"),
     (["model=nonexistent"], "model"),
@@ -90,10 +95,14 @@ def test_a_key_of_another_method_names_the_methods_that_own_it(tmp_path):
     assert proc.stderr.strip() == (
         "config error: method.bapo.rho0: not a key of method=ppo; it belongs to method=bapo "
         "(also bapo_official, bapo_value); select it with method=bapo")
-    proc = _cli(["method=bapo", "method.q=0.3"], tmp_path)
+    proc = _cli(["method=bapo", "method.top_entropy.q=0.3"], tmp_path)
     assert proc.stderr.strip() == (
-        "config error: method.q: not a key of method=bapo; it belongs to method=top_entropy; "
-        "select it with method=top_entropy")
+        "config error: method.top_entropy.q: not a key of method=bapo; it belongs to "
+        "method=top_entropy; select it with method=top_entropy")
+    proc = _cli(["method=bapo", "method.rho0=0.3"], tmp_path)
+    assert proc.stderr.strip() == (
+        "config error: method.rho0: the method's parameters live under method.<objective>; "
+        "use method.bapo.rho0")
     proc = _cli(["method=bapo", "method.bapo.rho00=0.3"], tmp_path)
     assert proc.stderr.strip().endswith("method.bapo.rho00: no such key; check the spelling "
                                         "(`--cfg job` lists every key)")

@@ -11,11 +11,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from src.algorithms import CLIP_STATES
+from src.algorithms import METHODS as REGISTERED
 from src.run import execute
 from src.telemetry import TOKEN_SCHEMA
 from tests.conftest import REPO, compose
 
-METHODS = ["ppo", "clip_higher", "top_entropy", "bapo"]
+METHODS = sorted(REGISTERED)  # every registered method runs the smoke experiment
 UPDATE_KEYS = {"step", "update", "global_update", "policy_lag", "loss", "grad_norm", "kl_k3",
                "c_low", "c_high", "rho_before", "rho", "bapo_steps", "clip_frac", "clip_low_frac",
                "clip_high_frac", "dual_clip_frac", "clip_frac_pos", "clip_frac_neg", "tokens_pos",
@@ -72,17 +74,20 @@ def test_smoke_run_dir_is_complete(smoke_runs, method):
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_000003.pt"]
     tokens = pd.concat(pq.read_table(p).to_pandas() for p in parts)
     assert list(tokens.columns) == TOKEN_SCHEMA.names
-    assert not tokens.select_dtypes("number").isna().any().any()
-    assert set(tokens["clip_state"]) <= {"none", "clip_low", "clip_high", "dual"}
+    # NaN only as the bounds of a method that has none
+    bounded = metrics["update"][0]["c_low"] is not None
+    assert not tokens.select_dtypes("number").drop(columns=["c_low", "c_high"]).isna().any().any()
+    assert tokens[["c_low", "c_high"]].isna().all().all() != bounded
+    assert set(tokens["clip_state"]) <= set(CLIP_STATES)
     # every response token of every update is logged once (token_fraction = 1)
     per_update = tokens.groupby(["step", "update"]).size()
     in_loss = pd.DataFrame(metrics["update"]).set_index(["step", "update"])
-    if method != "top_entropy":
-        assert (per_update == in_loss["tokens_in_loss"]).all()
-    else:
-        kept = tokens.groupby(["step", "update"])["in_loss"].sum()
-        assert (kept == in_loss["tokens_in_loss"]).all()
+    kept = tokens.groupby(["step", "update"])["in_loss"].sum()
+    assert (kept == in_loss["tokens_in_loss"]).all()
+    if method == "top_entropy":  # the one method that leaves tokens out of the loss
         assert (kept < per_update).all()
+    else:
+        assert (per_update == in_loss["tokens_in_loss"]).all()
 
 
 def test_bapo_logs_bounds_from_its_grid(smoke_runs):

@@ -14,14 +14,23 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from src.algorithms.surrogate import AGGREGATIONS, CLIP_HIGH, CLIP_LOW, aggregate, loss_denominator
+from src.algorithms import METHODS as REGISTERED
+from src.algorithms import update_metrics
+from src.algorithms.surrogate import (
+    AGGREGATIONS,
+    CLIP_HIGH,
+    CLIP_LOW,
+    aggregate,
+    clip_states,
+    loss_denominator,
+)
 from src.config import ConfigError
 from src.policy import response_logprobs, sampled_logprobs
 from src.rollout import Rollout
 from src.trainer import MiniBatch, Trainer
 from tests.conftest import compose
 
-METHODS = ["ppo", "clip_higher", "top_entropy", "bapo"]
+METHODS = sorted(REGISTERED)  # every registered method
 B, P, T, VOCAB = 8, 6, 10, 61
 # Per-response advantages: mostly negative, one zero, so BAPO has to move its bounds.
 ADVANTAGES = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
@@ -87,9 +96,10 @@ def _run(model, data, logp_b, ent_b, method, aggregation, micro, *, on_policy=Fa
                       None, None)
     mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, ADVANTAGES.clone(), torch.zeros(B))
     model.zero_grad(set_to_none=True)
-    done = trainer._backward(mb, on_policy=on_policy)
+    done = trainer._backward(mb, on_policy=on_policy, seed=11)
     assert done.skip_reason is None
     grads = [p.grad.detach().clone() for p in model.parameters()]
+    done.metrics = update_metrics(done.out, mb.advantages, data.response_mask, done.logp, done.entropy)
     return done, grads
 
 
@@ -108,10 +118,13 @@ def _assert_metrics_match(a: dict, b: dict) -> None:
 def test_micro_batches_give_the_whole_mini_batch_gradient(setup, method, aggregation):
     model, data, logp_b, ent_b = setup
     whole, whole_grads = _run(model, data, logp_b, ent_b, method, aggregation, None)
-    states = whole.out.clip_state[data.response_mask]
-    assert (states == CLIP_LOW).any() and (states == CLIP_HIGH).any()  # the data clips both ways
+    mask = data.response_mask
+    # the data clips both ways at ppo's bounds, and the method acts on some of its tokens
+    ppo_states = clip_states(whole.out.ratio, ADVANTAGES[:, None].expand_as(mask), 0.8, 1.2)[mask]
+    assert (ppo_states == CLIP_LOW).any() and (ppo_states == CLIP_HIGH).any()
+    assert (whole.out.clip_state[mask] != 0).any()
     if method == "bapo":
-        assert whole.out.metrics["bapo_steps"] > 0  # ... and makes BAPO search
+        assert whole.metrics["bapo_steps"] > 0  # ... and makes BAPO search
     for micro in (1, 2):
         part, grads = _run(model, data, logp_b, ent_b, method, aggregation, micro)
         for g, h in zip(grads, whole_grads, strict=True):
@@ -129,10 +142,13 @@ def test_micro_batches_give_the_whole_mini_batch_gradient(setup, method, aggrega
         assert torch.allclose(part.logp[mask], whole.logp[mask], rtol=0, atol=1e-6)
         assert torch.allclose(part.entropy[mask], whole.entropy[mask], rtol=0, atol=1e-6)
         assert math.isclose(float(part.out.loss), float(whole.out.loss.detach()), rel_tol=1e-5, abs_tol=1e-8)
-        _assert_metrics_match(part.out.metrics, whole.out.metrics)
+        assert (part.out.decision.tokens is None) == (whole.out.decision.tokens is None)
+        if whole.out.decision.tokens is not None:  # a decided token set: exactly the same
+            assert torch.equal(part.out.decision.tokens, whole.out.decision.tokens)
+        _assert_metrics_match(part.metrics, whole.metrics)
 
 
-@pytest.mark.parametrize("method", ["top_entropy", "bapo"])
+@pytest.mark.parametrize("method", [m for m in METHODS if REGISTERED[m].decides])
 def test_on_policy_update_reuses_the_behaviour_pass_exactly(setup, method):
     """With unchanged weights the no-grad pre-pass is skipped: the behaviour numbers, taken
     on the same micro-batches, are the current ones bit for bit."""
@@ -143,12 +159,12 @@ def test_on_policy_update_reuses_the_behaviour_pass_exactly(setup, method):
         logp_b, ent_b = trainer._score(data)
     mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, ADVANTAGES.clone(), torch.zeros(B))
     mask = data.response_mask
-    reused = trainer._whole_batch_choices(mb, mask, mb.advantages, on_policy=True)
-    fresh = trainer._whole_batch_choices(mb, mask, mb.advantages, on_policy=False)
-    assert reused.keys() == fresh.keys() and len(reused) == 1
-    for key in reused:
-        a, b = reused[key], fresh[key]
-        assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+    reused = trainer._whole_batch_decision(mb, mask, mb.advantages, on_policy=True, seed=0)
+    fresh = trainer._whole_batch_decision(mb, mask, mb.advantages, on_policy=False, seed=0)
+    assert (reused.tokens is None) == (fresh.tokens is None)
+    if reused.tokens is not None:
+        assert torch.equal(reused.tokens, fresh.tokens)
+    assert reused.data == fresh.data and dict(reused.record) == dict(fresh.record)
     done = trainer._backward(mb, on_policy=True)
     assert (done.out.ratio[mask] == 1.0).all()  # update 0 is on-policy bit for bit
 

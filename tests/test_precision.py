@@ -20,6 +20,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from src.algorithms import METHODS as REGISTERED
 from src.algorithms import policy_loss
 from src.config import ConfigError
 from src.models.precision import autocast, autocast_forward
@@ -29,7 +30,7 @@ from src.run import execute
 from src.trainer import MiniBatch, Trainer
 from tests.conftest import compose
 
-METHODS = ["ppo", "clip_higher", "top_entropy", "bapo"]
+METHODS = sorted(REGISTERED)  # every registered method, so a new one is covered too
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 VOCAB, B, P, T = 61, 8, 6, 10
 
@@ -230,12 +231,11 @@ class _FactoryAudit(TorchFunctionMode):
 @pytest.mark.parametrize("method", METHODS)
 def test_objectives_create_every_tensor_on_their_inputs_device(method):
     cfg = compose([f"method={method}", "rollout.max_new_tokens=12"])
-    from src.trainer import method_params
-
     logp, logp_b, adv, mask, entropy = _loss_inputs("cpu")
     audit = _FactoryAudit()
     with audit:
-        out = policy_loss(method, logp, logp_b, adv, mask, entropy=entropy, **method_params(cfg))
+        out = policy_loss(method, logp, logp_b, adv, mask, entropy=entropy,
+                          **cfg.method.kwargs(cfg.rollout.max_new_tokens))
         out.loss.backward()
     assert audit.missing == []
     if method == "bapo":
@@ -257,13 +257,12 @@ def _all_tensors(obj):
 @needs_cuda
 @pytest.mark.parametrize("method", METHODS)
 def test_objectives_on_cuda(method):
-    from src.trainer import method_params
-
     cfg = compose([f"method={method}", "rollout.max_new_tokens=12"])
+    params = cfg.method.kwargs(cfg.rollout.max_new_tokens)
     cpu_in = _loss_inputs("cpu")
     gpu_in = _loss_inputs("cuda")
-    cpu = policy_loss(method, *cpu_in[:4], entropy=cpu_in[4], **method_params(cfg))
-    gpu = policy_loss(method, *gpu_in[:4], entropy=gpu_in[4], **method_params(cfg))
+    cpu = policy_loss(method, *cpu_in[:4], entropy=cpu_in[4], **params)
+    gpu = policy_loss(method, *gpu_in[:4], entropy=gpu_in[4], **params)
     assert all(t.device.type == "cuda" for t in _all_tensors(gpu))
     gpu.loss.backward()
     assert gpu_in[0].grad.device.type == "cuda"
@@ -305,7 +304,7 @@ def test_run_on_cuda_with_bf16_autocast(tmp_path, smoke_overrides, method):
     overrides = [*smoke_overrides, "device=cuda", "model.autocast=bfloat16", f"method={method}",
                  "train.micro_batch_size=2"]
     if method == "top_entropy":
-        overrides.append("method.entropy_scope=rollout")  # the CPU-side selection path
+        overrides.append("method.top_entropy.scope=rollout")  # the CPU-side selection path
     assert execute(compose(overrides), tmp_path / "run") == "finished"
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     updates = [r for r in records if r["kind"] == "update"]

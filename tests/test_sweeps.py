@@ -37,14 +37,28 @@ def test_sweeps_cover_the_reproduction_grid():
         (m, "staleness_4x", s) for m in ("bapo_value", "bapo_official") for s in seeds
     }
     assert cells("staleness_8x") == {(m, "staleness_8x", s) for m in ("ppo", "bapo") for s in seeds}
+    peers = SWEEPS["peers"]["grid"]
+    assert peers["method"] == ["ppo", "clip_higher", "bapo", "gspo", "cispo", "m2po", "clip_cov",
+                               "kl_cov"]
+    assert peers["seed"] == list(seeds)
+    assert len(peers["experiment"]) == 1  # one stale setting, whichever the regime is
+
+
+def test_peers_run_at_a_stale_setting():
+    grid = SWEEPS["peers"]["grid"]
+    extra = [f"{k}={v[0]}" for k, v in grid.items() if k not in ("method", "seed")]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = validate(compose("config", overrides=["method=ppo", *extra]))
+    assert cfg.train.staleness > 1
 
 
 @pytest.mark.parametrize("name", sorted(SWEEPS))
 def test_every_cell_composes_and_validates(name):
     grid = SWEEPS[name]["grid"]
+    extra = [f"{k}={v[0]}" for k, v in grid.items() if k not in ("method", "experiment", "seed")]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         for method, experiment in itertools.product(grid["method"], grid["experiment"]):
-            cfg = compose("config", overrides=[f"method={method}", f"experiment={experiment}"])
+            cfg = compose("config", overrides=[f"method={method}", f"experiment={experiment}", *extra])
             validate(cfg)
             assert cfg.method.name == method and cfg.experiment.name == experiment
 

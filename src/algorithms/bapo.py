@@ -53,22 +53,27 @@ def _grid(start: float, stop: float, step: float, *, clamp_last: bool) -> list[f
     return values
 
 
-def _validate(rho0, low_start, low_max, high_start, high_max, high_step, low_step,
-              contribution, order) -> None:
+def check_grid(rho0, low_start, low_max, high_start, high_max, high_step, low_step,
+               contribution, order) -> None:
+    """The search's parameters; each message starts with the parameter it names."""
     if not 0.0 < rho0 < 1.0:
         raise ValueError(f"rho0 must be in (0, 1), got {rho0}")
     if not 0.0 < low_start <= low_max:
-        raise ValueError(f"need 0 < low_start <= low_max, got low_start={low_start}, low_max={low_max}")
+        raise ValueError(f"low_start: need 0 < low_start <= low_max, got low_start={low_start}, "
+                         f"low_max={low_max}")
     if not high_start <= high_max:
-        raise ValueError(f"need high_start <= high_max, got high_start={high_start}, high_max={high_max}")
+        raise ValueError(f"high_start: need high_start <= high_max, got high_start={high_start}, "
+                         f"high_max={high_max}")
     if not low_max < high_start:
-        raise ValueError(f"need low_max < high_start so c_low < c_high, got {low_max} >= {high_start}")
+        raise ValueError(f"low_max: need low_max < high_start so that c_low < c_high, got "
+                         f"{low_max} >= {high_start}")
     if not (high_step > 0 and low_step > 0):
-        raise ValueError(f"high_step and low_step must be > 0, got {high_step}, {low_step}")
+        name = "high_step" if not high_step > 0 else "low_step"
+        raise ValueError(f"{name}: high_step and low_step must be > 0, got {high_step}, {low_step}")
     if contribution not in CONTRIBUTIONS:
-        raise ValueError(f"contribution must be one of {CONTRIBUTIONS}, got {contribution!r}")
+        raise ValueError(f"contribution must be one of {list(CONTRIBUTIONS)}, got {contribution!r}")
     if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        raise ValueError(f"order must be one of {list(ORDERS)}, got {order!r}")
 
 
 def _visit_order(n_low: int, n_high: int, order: str) -> list[tuple[int, int]]:
@@ -80,7 +85,7 @@ def _visit_order(n_low: int, n_high: int, order: str) -> list[tuple[int, int]]:
     return [(j, 0) for j in range(n_low)] + [(n_low - 1, i) for i in range(1, n_high)]
 
 
-def _token_weights(weights, like: Tensor, logp_behavior: Tensor | None) -> Tensor | None:
+def token_weights(weights, like: Tensor, logp_behavior: Tensor | None) -> Tensor | None:
     if weights is None or (isinstance(weights, str) and weights == "uniform"):
         return None
     if isinstance(weights, str):
@@ -99,7 +104,7 @@ def _prepare(ratio, advantages, mask, weights, logp_behavior):
     check_finite("ratio", ratio, mask)
     advantages = broadcast_advantages(advantages, ratio)
     check_finite("advantages", advantages, mask)
-    w = _token_weights(weights, ratio, logp_behavior)
+    w = token_weights(weights, ratio, logp_behavior)
     r = ratio.detach().double()[mask]
     a = advantages.detach().double()[mask]
     w = torch.ones_like(r) if w is None else w.detach().double()[mask]
@@ -153,7 +158,7 @@ def adaptive_bounds_reference(ratio, advantages, mask, *, rho0=0.4, low_start=0.
                               contribution="gradient", weights=None, order="paper",
                               logp_behavior=None) -> BoundsResult:
     """Algorithm 1 as printed: step c_high, then c_low, re-measuring rho each time."""
-    _validate(rho0, low_start, low_max, high_start, high_max, high_step, low_step, contribution, order)
+    check_grid(rho0, low_start, low_max, high_start, high_max, high_step, low_step, contribution, order)
     kw = dict(contribution=contribution, weights=weights, logp_behavior=logp_behavior)
     rho = positive_contribution(ratio, advantages, mask, low_start, high_start, **kw)
     if math.isnan(rho):
@@ -219,7 +224,7 @@ def adaptive_bounds(ratio, advantages, mask, *, rho0=0.4, low_start=0.6, low_max
                     contribution="gradient", weights=None, order="paper",
                     logp_behavior=None) -> BoundsResult:
     """Same result as `adaptive_bounds_reference`, without a pass per candidate."""
-    _validate(rho0, low_start, low_max, high_start, high_max, high_step, low_step, contribution, order)
+    check_grid(rho0, low_start, low_max, high_start, high_max, high_step, low_step, contribution, order)
     r, a, w = _prepare(ratio, advantages, mask, weights, logp_behavior)
     return search_tokens(r, a, w, rho0=rho0, low_start=low_start, low_max=low_max,
                          high_start=high_start, high_max=high_max, high_step=high_step,

@@ -8,7 +8,7 @@ from fractions import Fraction
 import torch
 from torch import Tensor
 
-from src.algorithms._checks import as_bool_mask
+from src.algorithms._checks import as_bool_mask, check_share
 
 
 def token_entropy(logits: Tensor) -> Tensor:
@@ -34,8 +34,9 @@ def top_q_mask(entropy: Tensor, mask: Tensor, q: float) -> Tensor:
     Ties are broken by position in row-major order (earlier wins), so the mask does not
     depend on the sort algorithm's stability.
     """
-    if not (isinstance(q, (int, float)) and 0.0 < q <= 1.0):
-        raise ValueError(f"q must be in (0, 1], got {q}")
+    if not isinstance(q, (int, float)):
+        raise ValueError(f"q must be in (0, 1], got {q!r}")
+    check_share("q", q)
     mask = as_bool_mask(mask, entropy)
     flat_h = entropy.detach().reshape(-1).double()
     flat_m = mask.reshape(-1)

@@ -1,18 +1,43 @@
-"""The clipped PPO surrogate: per-token clip states, the surrogate, and loss aggregation."""
+"""Clip states, the clipped PPO surrogate, and loss aggregation.
+
+A token's clip state says what its method did to the token's gradient. The codes are
+stored in token files by name; the first four keep the codes they always had.
+
+| state        | gradient             | set by                                             |
+|--------------|----------------------|----------------------------------------------------|
+| `none`       | the method's own     | every method                                       |
+| `clip_low`   | none                 | A<0 and the ratio (token or response) below c_low  |
+| `clip_high`  | none                 | A>0 and the ratio (token or response) above c_high |
+| `dual`       | none                 | dual-clip: A<0 and r > dual_clip_c                 |
+| `masked`     | none                 | the method masked or detached the token (m2po, clip_cov) |
+| `trunc_low`  | kept, weight raised  | cispo: r < c_low, the IS weight is raised to c_low |
+| `trunc_high` | kept, weight cut     | cispo: r > c_high, the IS weight is cut to c_high  |
+| `kl_penalty` | kept, plus a penalty | kl_cov: the token also pays coef * |log r|          |
+
+So clip fractions count the same thing in every method: the share of tokens whose
+gradient the method removed (`NO_GRADIENT`); the other states have fractions of their own.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-CLIP_STATES = ("none", "clip_low", "clip_high", "dual")
-NONE, CLIP_LOW, CLIP_HIGH, DUAL = range(4)
+CLIP_STATES = ("none", "clip_low", "clip_high", "dual", "masked", "trunc_low", "trunc_high",
+               "kl_penalty")
+NONE, CLIP_LOW, CLIP_HIGH, DUAL, MASKED, TRUNC_LOW, TRUNC_HIGH, KL_PENALTY = range(len(CLIP_STATES))
+NO_GRADIENT = (CLIP_LOW, CLIP_HIGH, DUAL, MASKED)
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def carries_gradient(state: Tensor) -> Tensor:
+    """True where a token's state leaves it a gradient (every state but `NO_GRADIENT`)."""
+    return (state == NONE) | (state > MASKED)
 
 
 def clip_states(ratio: Tensor, advantages: Tensor, c_low: float, c_high: float,
                 dual_clip_c: float | None = None) -> Tensor:
-    """int8 state per token. A token gets no gradient iff its state is not `none`.
+    """int8 state per token of the clipped surrogate; see the table above.
 
     `clip_high`: A>0 and r>c_high; `clip_low`: A<0 and r<c_low; `dual`: A<0 and
     r>dual_clip_c (dual-clip on). A>0, r<c_low and A<0, r>c_high keep their gradient.
@@ -26,13 +51,29 @@ def clip_states(ratio: Tensor, advantages: Tensor, c_low: float, c_high: float,
     return state
 
 
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, state: Tensor, c_low: float,
+                      c_high: float, dual_clip_c: float | None = None) -> Tensor:
+    """J_t for given clip states: r A where the state is `none`, a constant elsewhere.
+
+    The constant is the value `min(r A, clip(r) A)` (and the dual-clip `max(., c A)`) takes
+    there: c_high A, c_low A or dual_clip_c A. Selecting by state rather than with
+    `torch.minimum` makes the gradient follow the state exactly: at a rounding tie
+    r A == c_high A, `minimum` would split the gradient and give a clipped token half of it.
+    """
+    clipped = ratio.detach().clamp(c_low, c_high) * advantages
+    if dual_clip_c is not None:
+        clipped = torch.where(state == DUAL, dual_clip_c * advantages, clipped)
+    return torch.where(state == NONE, ratio * advantages, clipped)
+
+
 def surrogate(ratio: Tensor, advantages: Tensor, c_low: float, c_high: float,
               dual_clip_c: float | None = None) -> Tensor:
-    """J_t = min(r A, clip(r, c_low, c_high) A), and max(J_t, c A) for A<0 under dual-clip."""
-    j = torch.minimum(ratio * advantages, ratio.clamp(c_low, c_high) * advantages)
-    if dual_clip_c is not None:
-        j = torch.where(advantages < 0, torch.maximum(j, dual_clip_c * advantages), j)
-    return j
+    """J_t = min(r A, clip(r, c_low, c_high) A), and max(J_t, c A) for A<0 under dual-clip.
+
+    The gradient is r A on tokens in state `none` and exactly 0 on clipped ones.
+    """
+    state = clip_states(ratio, advantages, c_low, c_high, dual_clip_c)
+    return clipped_surrogate(ratio, advantages, state, c_low, c_high, dual_clip_c)
 
 
 def loss_denominator(loss_mask: Tensor, mode: str = "token-mean",
@@ -42,7 +83,7 @@ def loss_denominator(loss_mask: Tensor, mode: str = "token-mean",
     token-mean: the number of loss-bearing tokens; seq-mean-token-mean: the number of
     responses with at least one loss-bearing token; seq-mean-token-sum-norm: B * norm_length
     (default T). Take it once over a whole mini-batch and pass it to `aggregate` (or the
-    objectives' `loss_denominator=`) for each slice of it: the slices' losses then sum to the
+    methods' `denominator=`) for each slice of it: the slices' losses then sum to the
     whole mini-batch's loss, which is how gradient accumulation over micro-batches stays exact.
     """
     m = loss_mask.bool()
@@ -89,3 +130,8 @@ def aggregate(token_loss: Tensor, loss_mask: Tensor, mode: str = "token-mean",
         den = token_loss.shape[0] * length if denominator is None else denominator
         return masked.sum() / den
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
+
+
+def check_aggregation(aggregation: str) -> None:
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")

@@ -1,7 +1,7 @@
 """Scale-out plugs: the project's objectives inside TRL and verl (see README.md here).
 
 - `src.integrations.trl_grpo`: `ProjectGRPOTrainer`, a TRL `GRPOTrainer` whose loss is
-  `src.algorithms.policy_loss`, plus a launcher (`python -m src.integrations.trl_grpo`).
+  the project's methods; its launcher is `python -m src.integrations.trl_launch`.
 - `src.integrations.verl_losses`: the methods as entries of verl's policy-loss registry
   (load it in verl's workers with `actor_rollout_ref.model.external_lib`).
 - `src.integrations.tasks`: the project's tasks as verl parquet data + reward function.

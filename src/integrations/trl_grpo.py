@@ -3,8 +3,8 @@
 `ProjectGRPOTrainer` keeps everything of TRL's GRPO (generation with HF or vLLM, reward
 functions, group advantages, accelerate/DeepSpeed/FSDP, checkpoints, its own logging) and
 replaces only `_compute_loss`: the per-token log-probs and entropies of TRL's own forward
-pass go into `src.algorithms.policy_loss(objective, ...)`, the function the project's
-trainer calls. No objective math lives here.
+pass go into the method's `decide` and `loss` (`src.algorithms.methods`), which the
+project's trainer calls too. No objective math lives here.
 
 Staleness is set with TRL's own knobs (see `trl_staleness`):
 
@@ -18,17 +18,16 @@ update j of a rollout is j updates stale, as in the project's `minibatch` mode.
 
 Optional telemetry writes the project's run dir (config.yaml, meta.json, status.json,
 metrics.jsonl with update/step/eval records, tokens/step_XXXXXX.parquet), so
-`analysis/make_figures.py --runs <dir>` reads TRL runs. Launch: see README.md here, or
-`python -m src.integrations.trl_grpo --config conf/integrations/trl_grpo.yaml`.
+`analysis/make_figures.py --runs <dir>` reads TRL runs; the records come from
+`src.records`, as the project trainer's do. Launch: see README.md here, or
+`python -m src.integrations.trl_launch --config conf/integrations/trl_grpo.yaml`.
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import math
-import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -41,16 +40,11 @@ from torch import Tensor
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from src.algorithms import CLIP_STATES, policy_loss
+from src.algorithms import Decision, update_metrics
 from src.algorithms._checks import NonFiniteError
-from src.integrations._common import ResolvedMethod, combine_records, resolve_method
+from src.integrations._common import ResolvedMethod, resolve_method
+from src.records import combine_records, concat_columns, rollout_record, token_columns, update_means
 
-_CLIP_NAMES = np.array(CLIP_STATES)
-# Means over a step's updates, as the project's trainer writes them (src.trainer.STEP_MEAN_KEYS).
-STEP_MEAN_KEYS = ("clip_frac", "clip_low_frac", "clip_high_frac", "clip_frac_pos", "clip_frac_neg",
-                  "token_share_pos", "token_share_neg", "contrib_grad_pos_share",
-                  "contrib_value_pos_share", "c_low", "c_high", "rho", "grad_norm", "kl_k3",
-                  "entropy_clip_cov", "abs_log_ratio_mean")
 # Inputs TRL forwards to `_get_per_token_logps_and_entropies` (multimodal models); the
 # ones the installed TRL accepts are picked by signature.
 _FORWARD_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
@@ -121,28 +115,12 @@ def check_trl_args(a: GRPOConfig) -> None:
     trl_staleness(a)
 
 
-def _git_commit() -> str | None:
-    try:
-        from src.run import _git_commit as commit
-        return commit()
-    except Exception:  # noqa: BLE001 - metadata only
-        return None
-
-
-def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-    found = {}
-    for name in ("torch", "transformers", "trl", "accelerate", "datasets", "vllm", "deepspeed",
-                 "bapo-repro"):
-        try:
-            found[name] = md.version(name)
-        except md.PackageNotFoundError:
-            continue
-    return found
+VERSIONED = ("torch", "transformers", "trl", "accelerate", "datasets", "vllm", "deepspeed",
+             "bapo-repro")
 
 
 class ProjectGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer with the project's objectives (ppo, clip_higher, top_entropy, bapo).
+    """GRPOTrainer with the project's methods (every conf/method label).
 
     Extra keyword arguments (everything else goes to `GRPOTrainer`):
     - `method`: a conf/method label (`"bapo"`, `"bapo_official"`, `"clip_0.8_1.5"`, ...) or
@@ -154,8 +132,9 @@ class ProjectGRPOTrainer(GRPOTrainer):
     - `eval_fn(step) -> {"greedy_accuracy", "sampled_accuracy", "n_problems", ...}`,
       called on every rank (it may run the model) at step 0, every `eval_every` steps and
       at the end; the main process writes `kind: eval` records.
-    - `global_stats`: with several processes, search the BAPO bounds and the top-q entropy
-      threshold over the micro-batches of all ranks (gathered), not per rank.
+    - `global_stats`: with several processes, take a method's whole-batch decision (BAPO's
+      bounds, top_entropy's threshold, ...) over the micro-batches of all ranks (gathered),
+      not per rank.
 
     The loss `aggregation` of the method replaces TRL's `loss_type`: token-mean is TRL's
     `dapo` normalisation (tokens of the whole optimizer step, all ranks),
@@ -177,6 +156,7 @@ class ProjectGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self.method: ResolvedMethod = resolve_method(
             method, method_overrides, norm_length=self.args.max_completion_length)
+        self.objective = self.method.build()
         self.staleness, self.epochs = trl_staleness(self.args)
         self.updates_per_rollout = self.staleness * self.epochs
         self.global_stats = bool(global_stats)
@@ -186,12 +166,12 @@ class ProjectGRPOTrainer(GRPOTrainer):
             raise ValueError("eval_every must be >= 1 when eval_fn is given")
         sig = inspect.signature(self._get_per_token_logps_and_entropies).parameters
         self._forward_keys = tuple(k for k in _FORWARD_KEYS if k in sig)
-        if (self.method.objective == "bapo" and self.args.gradient_accumulation_steps > 1):
+        if self.objective.decides and self.args.gradient_accumulation_steps > 1:
             warnings.warn(
-                "bapo with gradient_accumulation_steps > 1 searches its bounds per micro-batch "
-                "(1/gradient_accumulation_steps of the mini-batch). For the paper's per-update "
-                "search use gradient_accumulation_steps=1 and scale per_device_train_batch_size "
-                "or the number of processes instead.", stacklevel=2)
+                f"{self.method.objective} with gradient_accumulation_steps > 1 takes its whole-batch "
+                "decision per micro-batch (1/gradient_accumulation_steps of the mini-batch). For "
+                "one decision per update use gradient_accumulation_steps=1 and scale "
+                "per_device_train_batch_size or the number of processes instead.", stacklevel=2)
         self._run_dir = Path(run_dir) if run_dir is not None else None
         self._experiment = experiment
         self._token_fraction = float(token_fraction)
@@ -242,35 +222,26 @@ class ProjectGRPOTrainer(GRPOTrainer):
     def _objective(self, logps: Tensor, old: Tensor, adv: Tensor, mask: Tensor,
                    entropy: Tensor) -> tuple[Any, dict]:
         """(PolicyLossOutput | None, metrics record). None: skip this micro-batch."""
-        m, params = self.method, dict(self.method.params)
-        use_global = (self.global_stats and self.accelerator.num_processes > 1
-                      and m.objective in ("bapo", "top_entropy"))
+        method = self.objective
+        use_global = (self.global_stats and self.accelerator.num_processes > 1 and method.decides)
+        seed = (int(self.args.seed) * 1_000_003 + int(self._step)) % (2**31 - 1)
         try:
-            shared = self._global_reference(logps, old, adv, mask, entropy) if use_global else None
+            decision = self._global_decision(logps, old, adv, mask, entropy, seed) if use_global else None
             if not bool(mask.any()):
                 return None, {"skipped": True, "skip_reason": "no loss-bearing response tokens"}
-            if shared is None:
-                out = policy_loss(m.objective, logps, old, adv, mask, entropy=entropy, **params)
-            elif m.objective == "bapo":
-                fixed = {k: params[k] for k in ("dual_clip_c", "aggregation", "norm_length")}
-                out = policy_loss("ppo", logps, old, adv, mask, entropy=entropy,
-                                  c_low=shared.c_low, c_high=shared.c_high, **fixed)
-                out.metrics.update({k: shared.metrics[k] for k in (
-                    "rho", "rho_before", "bapo_steps", "bapo_reached", "bapo_undefined")})
-            else:
-                rank, (b, t) = self.accelerator.process_index, logps.shape
-                selection = shared.in_loss[rank * b:(rank + 1) * b, :t]
-                out = policy_loss("top_entropy", logps, old, adv, mask, entropy=entropy,
-                                  selection_mask=selection, **params)
+            if decision is None:
+                decision = (method.decide(method.decision_inputs(logps, old, adv, mask, entropy, seed))
+                            if method.decides else Decision())
+            out = method.loss(logps, old, adv, mask, decision)
         except NonFiniteError as e:
             return None, {"skipped": True, "skip_reason": f"non-finite input: {e}"}
         if not bool(torch.isfinite(out.loss)):
             return None, {"skipped": True, "skip_reason": "non-finite loss"}
-        return out, {**out.metrics, "loss": float(out.loss.detach()), "skipped": False,
-                     "skip_reason": None}
+        return out, {**update_metrics(out, adv, mask, logps, entropy),
+                     "loss": float(out.loss.detach()), "skipped": False, "skip_reason": None}
 
-    def _global_reference(self, logps, old, adv, mask, entropy):
-        """The method on the detached micro-batches of all ranks: bounds / selection only.
+    def _global_decision(self, logps, old, adv, mask, entropy, seed: int) -> Decision | None:
+        """The method's decision on the detached micro-batches of all ranks; this rank's part.
 
         Collective: every rank calls it for every micro-batch (TRL keeps ranks in step).
         Needs the same per-rank batch size, which TRL's sampler guarantees in training.
@@ -283,8 +254,10 @@ class ProjectGRPOTrainer(GRPOTrainer):
         g_logp, g_old, g_adv, g_mask, g_ent = g[0], g[1], g[2], g[3].bool(), g[4]
         if not bool(g_mask.any()):
             return None
-        return policy_loss(self.method.objective, g_logp, g_old, g_adv, g_mask, entropy=g_ent,
-                           **self.method.params)
+        method = self.objective
+        whole = method.decide(method.decision_inputs(g_logp, g_old, g_adv, g_mask, g_ent, seed))
+        rank, (b, t) = self.accelerator.process_index, logps.shape
+        return whole.take(slice(rank * b, (rank + 1) * b), t)
 
     def _scale(self, loss: Tensor, mask: Tensor, inputs: dict, mode: str) -> Tensor:
         """Turn the micro-batch loss into this micro-step's share of the optimizer step.
@@ -295,7 +268,7 @@ class ProjectGRPOTrainer(GRPOTrainer):
         seq-mean modes: divided by the accumulation steps (TRL's `grpo` / `dr_grpo`).
         """
         gas = self.current_gradient_accumulation_steps if mode == "train" else 1
-        if self.method.params["aggregation"] != "token-mean":
+        if self.objective.aggregation != "token-mean":
             return loss / gas
         normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
         if mode == "train":
@@ -363,21 +336,14 @@ class ProjectGRPOTrainer(GRPOTrainer):
 
     def _rollout_record(self, step: int, rewards: Tensor, lengths: Tensor, adv: Tensor,
                         gap: float | None) -> dict:
-        g = self.num_generations
-        grouped = rewards.view(-1, g)
+        grouped = rewards.view(-1, self.num_generations)
         degenerate = int((grouped == grouped[:, :1]).all(dim=1).sum())
         finite = torch.isfinite(rewards)
-
-        def mean_or_none(x: Tensor) -> float | None:
-            return float(x.mean()) if x.numel() else None
-
-        return {"step": step, "reward_mean": mean_or_none(rewards[finite]),
-                "accuracy": mean_or_none((rewards[finite] >= self._accuracy_threshold).float()),
-                "degenerate_groups": degenerate, "num_groups": grouped.shape[0],
-                "response_length_mean": mean_or_none(lengths),
-                "response_length_pos": mean_or_none(lengths[adv > 0]),
-                "response_length_neg": mean_or_none(lengths[adv < 0]),
-                "sampler_logp_gap": gap, "time_behavior_s": None}
+        return {**rollout_record(step, rewards[finite], rewards[finite] >= self._accuracy_threshold,
+                                 lengths, adv, degenerate_groups=degenerate,
+                                 num_groups=grouped.shape[0], entropy_mean=None,
+                                 sampler_logp_gap=gap),
+                "time_behavior_s": None}
 
     def _reset_rollout(self, step: int) -> None:
         self._rollout_step = step
@@ -393,35 +359,17 @@ class ProjectGRPOTrainer(GRPOTrainer):
         ids = inputs["repro_response_id"].cpu()
         keep = self._keep[ids] if self._keep is not None else torch.ones_like(ids, dtype=torch.bool)
         sel = mask.cpu() & keep[:, None]
-        n = int(sel.sum())
-        if n == 0:
+        if not bool(sel.any()):
             return
-        rows, pos = sel.nonzero(as_tuple=True)
         update = (self._step % (self.args.steps_per_generation * self.num_iterations)
                   ) // self.args.gradient_accumulation_steps
-        sampler = inputs.get("sampling_per_token_logps")
-
-        def f32(t: Tensor | None) -> np.ndarray:
-            if t is None:
-                return np.full(n, np.nan, np.float32)
-            return t.detach().float().cpu()[sel].numpy()
-
-        lengths = inputs["completion_mask"].sum(dim=1).cpu()
-        self._token_parts.append({
-            "step": np.full(n, self._rollout_step, np.int32),
-            "update": np.full(n, update, np.int16),
-            "response_id": ids[rows].numpy().astype(np.int32),
-            "group_id": inputs["repro_group_id"].cpu()[rows].numpy().astype(np.int32),
-            "position": pos.numpy().astype(np.int16),
-            "token_id": inputs["completion_ids"].cpu()[sel].numpy().astype(np.int32),
-            "logp_behavior": f32(old), "logp_sampler": f32(sampler), "logp": f32(logps),
-            "ratio": f32(out.ratio), "advantage": f32(adv), "entropy": f32(entropy),
-            "clip_state": _CLIP_NAMES[out.clip_state.cpu()[sel].numpy()],
-            "in_loss": out.in_loss.cpu()[sel].numpy(),
-            "c_low": np.full(n, out.c_low, np.float32), "c_high": np.full(n, out.c_high, np.float32),
-            "reward": inputs["repro_reward"].float().cpu()[rows].numpy(),
-            "response_length": lengths[rows].numpy().astype(np.int16),
-        })
+        self._token_parts.append(token_columns(
+            step=self._rollout_step, update=update, select=sel, response_ids=ids,
+            group_ids=inputs["repro_group_id"], token_ids=inputs["completion_ids"],
+            logp_behavior=old, logp_sampler=inputs.get("sampling_per_token_logps"), logp=logps,
+            ratio=out.ratio, advantages=adv, entropy=entropy, clip_state=out.clip_state,
+            in_loss=out.in_loss, c_low=out.c_low, c_high=out.c_high,
+            rewards=inputs["repro_reward"], lengths=inputs["completion_mask"].sum(dim=1)))
         self._time_telemetry += time.perf_counter() - t0
 
     # -- update / step boundaries ------------------------------------------------------
@@ -467,19 +415,14 @@ class ProjectGRPOTrainer(GRPOTrainer):
         if self._writer is not None:
             t0 = time.perf_counter()
             if self._token_parts:
-                self._writer.write_tokens(step, {k: np.concatenate([p[k] for p in self._token_parts])
-                                                 for k in self._token_parts[0]})
+                self._writer.write_tokens(step, concat_columns(self._token_parts))
             self._time_telemetry += time.perf_counter() - t0
-            good = [u for u in updates if not u.get("skipped")]
             record = dict(self._rollout_stats)
             # Update 0 runs the behaviour weights, so its entropies are the behaviour policy's
             # (on the first mini-batch: a 1/k random sample of the rollout's responses).
             record["entropy_mean"] = updates[0].get("entropy_mean")
-            for key in STEP_MEAN_KEYS:
-                vals = [u.get(key) for u in good if u.get(key) is not None]
-                record[key] = sum(vals) / len(vals) if vals else None
-            record.update(skipped_updates=len(updates) - len(good),
-                          time_update_s=sum(u["time_update_s"] for u in updates),
+            record.update(update_means(updates))
+            record.update(time_update_s=sum(u["time_update_s"] for u in updates),
                           time_telemetry_s=self._time_telemetry,
                           time_step_s=time.perf_counter() - self._rollout_t0)
             self._writer.log_step(record)
@@ -531,12 +474,12 @@ class ProjectGRPOTrainer(GRPOTrainer):
         }
 
     def _open_run_dir(self) -> None:
-        from src.telemetry import RunWriter, now_iso
+        from src.telemetry import RunWriter, git_commit, now_iso, package_versions
 
         done_steps = self.state.global_step // self.updates_per_rollout
         if not self.accelerator.is_main_process:
             return
-        meta = {"git_commit": _git_commit(), "versions": _versions(),
+        meta = {"git_commit": git_commit(), "versions": package_versions(VERSIONED),
                 "device": str(self.accelerator.device),
                 "num_processes": self.accelerator.num_processes, "start_time": now_iso(),
                 "method": self.method.name, "experiment": self._experiment,
@@ -592,85 +535,3 @@ class _RunDirCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trainer._end_update()
-
-
-# -- launcher ----------------------------------------------------------------------------
-
-def _build_from_config(cfg: dict) -> ProjectGRPOTrainer:
-    """A ready trainer from the launch config (conf/integrations/trl_grpo.yaml format)."""
-    from datasets import Dataset
-
-    from src.build import build_evaluator, prompt_formatter
-    from src.config import validate
-    from src.tasks import get_task
-
-    trl_kwargs = dict(cfg.get("trl") or {})
-    staleness, epochs = int(cfg.get("staleness", 1)), int(cfg.get("epochs", 1))
-    trl_kwargs.update(trl_knobs(staleness, epochs=epochs, gradient_accumulation_steps=int(
-        trl_kwargs.get("gradient_accumulation_steps", 1))))
-    trl_kwargs.setdefault("seed", int(cfg.get("seed", 0)))
-    trl_kwargs.setdefault("report_to", "none")
-    args = GRPOConfig(**trl_kwargs)
-    if not args.max_steps or args.max_steps <= 0:
-        raise ValueError("trl.max_steps must be > 0 (optimizer steps = rollout steps * staleness * epochs)")
-    method = cfg.get("method", "bapo")
-    project = validate({"seed": args.seed, "cache_dir": cfg.get("cache_dir", ".cache"),
-                        "model": dict(cfg.get("model") or {}),
-                        "task": dict(cfg.get("task") or {}),
-                        "rollout": {"max_new_tokens": args.max_completion_length,
-                                    "temperature": args.temperature, "top_p": args.top_p},
-                        "eval": dict(cfg.get("eval") or {})})
-    task = get_task(project.task.name, **dict(project.task.params))
-    if project.model.kind == "tiny":
-        from src.build import build_model
-        model, tokenizer, info = build_model(project, task, torch.device("cpu"), progress=True)
-        start = int(info.get("next_train_index", 0))
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(project.model.path,
-                                                  trust_remote_code=project.model.trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            project.model.path, dtype=getattr(torch, project.model.dtype),
-            trust_remote_code=project.model.trust_remote_code)
-        start = 0
-    fmt = prompt_formatter(project, tokenizer)
-    rollouts = -(-args.max_steps // (staleness * epochs))
-    n_prompts = rollouts * args.generation_batch_size // args.num_generations
-    problems = [task.problem(start + i) for i in range(n_prompts)]
-    dataset = Dataset.from_list([{"prompt": fmt(p.prompt), "problem_index": p.index} for p in problems])
-    by_index = {p.index: p for p in problems}
-
-    def task_reward(completions, problem_index, **_):
-        return [task.score(by_index[i], c if isinstance(c, str) else c[-1]["content"])
-                for c, i in zip(completions, problem_index, strict=True)]
-
-    eval_fn = None
-    if cfg.get("eval") and cfg["eval"].get("every"):
-        evaluate = build_evaluator(project, model, tokenizer, task, fmt)
-        eval_fn = evaluate
-    return ProjectGRPOTrainer(
-        model=model, reward_funcs=task_reward, args=args, train_dataset=dataset,
-        processing_class=tokenizer, method=method, method_overrides=cfg.get("method_overrides"),
-        run_dir=cfg.get("run_dir"), experiment=str(cfg.get("experiment", "trl")),
-        token_fraction=float(cfg.get("token_fraction", 1.0)),
-        eval_fn=eval_fn, eval_every=(cfg.get("eval") or {}).get("every"),
-        extra_config={"task": {"name": project.task.name, "params": dict(project.task.params)},
-                      "model": {"kind": project.model.kind, "path": project.model.path}})
-
-
-def main(argv: list[str] | None = None) -> int:
-    from omegaconf import OmegaConf
-
-    p = argparse.ArgumentParser(description="GRPO with the project's objectives, on TRL.")
-    p.add_argument("--config", required=True, help="launch yaml (conf/integrations/trl_grpo.yaml)")
-    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. method=ppo staleness=4")
-    ns = p.parse_args(argv)
-    raw = OmegaConf.merge(OmegaConf.load(ns.config), OmegaConf.from_dotlist(ns.overrides))
-    cfg = OmegaConf.to_container(raw, resolve=True)
-    trainer = _build_from_config(cfg)
-    trainer.train()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

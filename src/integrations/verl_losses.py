@@ -3,9 +3,11 @@
 Importing this module (in every verl process: use `actor_rollout_ref.model.external_lib=
 src.integrations.verl_losses`, see README.md here) registers one verl policy loss per
 method yaml in conf/method/ (`ppo`, `clip_higher`, `top_entropy`, `bapo`, `bapo_official`,
-`clip_0.8_1.5`, ...), each also under a `repro_` prefix. Select one with
-`actor_rollout_ref.actor.policy_loss.loss_mode=bapo`. Every entry calls
-`src.algorithms.policy_loss`; no objective math lives here.
+`clip_0.8_1.5`, `gspo`, `cispo`, `m2po`, `clip_cov`, `kl_cov`, ...), each also under a `repro_`
+prefix. Select one with `actor_rollout_ref.actor.policy_loss.loss_mode=bapo`. Every entry
+builds the method from `src.algorithms` and calls its `decide` and `loss` on the
+micro-batch verl passes (a whole-batch decision is then per micro-batch: use one
+micro-batch per mini-batch for BAPO's per-update search); no objective math lives here.
 
 verl's signature (checked against verl 0.9.1, `verl/trainer/ppo/core_algos.py`):
 
@@ -16,18 +18,23 @@ verl's signature (checked against verl 0.9.1, `verl/trainer/ppo/core_algos.py`):
 
 The return form is picked from the installed verl (`RETURNS`).
 
-Entropies: the signature carries none, so `top_entropy` cannot be a plain registry entry.
+Entropies: the signature carries none, so a method that reads them (`top_entropy`) cannot
+be a plain registry entry.
 `install_entropy_passthrough()` (run at import when verl is present) wraps verl's engine
 loss function (`verl.workers.utils.losses.ppo_loss`, which *does* receive the model's
 entropies when `actor.calculate_entropy=True`) so it puts the micro-batch's entropies in a
 context variable for the duration of the call; the registered losses read them from there.
-Without the wrapper or without `calculate_entropy=True`, `top_entropy` fails with a message
+Without the wrapper or without `calculate_entropy=True`, such a method fails with a message
 saying which of the two is missing; the other methods only lose their entropy metrics.
+
+Randomness (clip_cov's draw): seeded by a checksum of the micro-batch's behaviour
+log-probs, so a rerun on the same data draws the same tokens.
 
 Method parameters: the method yaml gives the defaults (so verl's `clip_ratio_low/high/c`
 are NOT used by these losses); override them with `ProjectPolicyLossConfig` (below) as
 `actor_rollout_ref.actor.policy_loss._target_=src.integrations.verl_losses.ProjectPolicyLossConfig`
-and `+actor_rollout_ref.actor.policy_loss.method.bapo.rho0=0.45`. The aggregation is
+and `+actor_rollout_ref.actor.policy_loss.method.bapo.rho0=0.45` (the method's parameters
+are `method.<objective>.<param>`, as in conf/method). The aggregation is
 verl's `actor.loss_agg_mode` (token-mean, seq-mean-token-mean, seq-mean-token-sum-norm).
 """
 
@@ -39,6 +46,7 @@ import functools
 import inspect
 import json
 import warnings
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import Any
@@ -46,7 +54,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from src.algorithms import AGGREGATIONS, policy_loss
+from src.algorithms import AGGREGATIONS, Decision, update_metrics
 from src.algorithms._checks import NonFiniteError
 from src.integrations._common import ResolvedMethod, available_methods, json_value, resolve_method
 
@@ -153,28 +161,32 @@ def make_policy_loss(name: str, *, returns: str | None = None) -> Callable:
         entropy = _ENTROPY.get()
         if entropy is not None and entropy.shape != log_prob.shape:
             entropy = None  # e.g. another loss wrapper changed the layout; do not guess
-        if method.objective == "top_entropy" and entropy is None:
+        scale = _get(config, "loss_scale_factor")
+        objective = method.build(aggregation=loss_agg_mode,
+                                 norm_length=int(scale) if scale else int(log_prob.shape[-1]))
+        if objective.needs_entropy and entropy is None:
             raise ValueError(
                 f"policy loss {name!r} needs per-token entropies, which verl's policy-loss signature "
                 "does not carry. Set actor_rollout_ref.actor.calculate_entropy=True and load "
                 "src.integrations.verl_losses in the workers (actor_rollout_ref.model.external_lib="
                 "src.integrations.verl_losses), which installs the entropy pass-through.")
-        params = dict(method.params, aggregation=loss_agg_mode)
-        scale = _get(config, "loss_scale_factor")
-        params["norm_length"] = int(scale) if scale else int(log_prob.shape[-1])
         mask = response_mask.bool()
         try:
             if not bool(mask.any()):
                 raise _Skip("no response tokens in the micro-batch")
-            out = policy_loss(method.objective, log_prob, old_log_prob, advantages, mask,
-                              entropy=entropy, **params)
+            decision = Decision()
+            if objective.decides:
+                seed = zlib.crc32(old_log_prob.detach().float().cpu().numpy().tobytes())
+                decision = objective.decide(objective.decision_inputs(
+                    log_prob, old_log_prob, advantages, mask, entropy, seed))
+            out = objective.loss(log_prob, old_log_prob, advantages, mask, decision)
             if not bool(torch.isfinite(out.loss)):
                 raise _Skip("non-finite loss")
         except (NonFiniteError, _Skip):
             # Zero loss that keeps the graph (FSDP needs every rank to backward).
             return _result(log_prob.sum() * 0.0, {"actor/repro/skipped": 1.0}, returns)
         loss = _verl_scale(out.loss, mask, loss_agg_mode, config)
-        m = out.metrics
+        m = update_metrics(out, advantages, mask, log_prob, entropy)
         metrics = {"actor/pg_clipfrac": float(m.get("clip_frac") or 0.0),
                    "actor/ppo_kl": float(m.get("kl_k3") or 0.0),  # k3 estimate of KL(old||new)
                    "actor/pg_clipfrac_lower": float(m.get("dual_clip_frac") or 0.0),
@@ -189,7 +201,7 @@ def make_policy_loss(name: str, *, returns: str | None = None) -> Callable:
 
     loss_fn.__name__ = f"repro_policy_loss_{name}"
     loss_fn.__qualname__ = loss_fn.__name__
-    loss_fn.__doc__ = f"verl policy loss: the project's {name!r} method (src.algorithms.policy_loss)."
+    loss_fn.__doc__ = f"verl policy loss: the project's {name!r} method (src.algorithms.methods)."
     return loss_fn
 
 

@@ -48,13 +48,15 @@ def close(x, y, tol=1e-12):
 
 def test_registry_and_defaults_match_methods_md():
     assert set(METHODS) >= {"ppo", "clip_higher", "top_entropy", "bapo"}
-    assert METHOD_DEFAULTS["ppo"] == {"c_low": 0.8, "c_high": 1.2}
-    assert METHOD_DEFAULTS["clip_higher"] == {"c_low": 0.8, "c_high": 1.28}
-    assert METHOD_DEFAULTS["top_entropy"] == {"c_low": 0.8, "c_high": 1.28, "q": 0.2}
+    assert METHOD_DEFAULTS["ppo"] == {"c_low": 0.8, "c_high": 1.2, "dual_clip_c": None}
+    assert METHOD_DEFAULTS["clip_higher"] == {"c_low": 0.8, "c_high": 1.28, "dual_clip_c": None}
+    assert METHOD_DEFAULTS["top_entropy"] == {"c_low": 0.8, "c_high": 1.28, "dual_clip_c": None,
+                                              "q": 0.2, "scope": "minibatch"}
     d = METHOD_DEFAULTS["bapo"]
     assert (d["rho0"], d["low_start"], d["low_max"], d["high_start"], d["high_max"],
             d["high_step"], d["low_step"]) == (0.4, 0.6, 0.9, 1.2, 3.0, 0.05, 0.02)
-    assert (d["contribution"], d["weights"], d["order"]) == ("gradient", None, "paper")
+    assert (d["contribution"], d["weights"], d["order"], d["search"], d["dual_clip_c"]) == (
+        "gradient", "uniform", "paper", "fast", None)
 
 
 # --------------------------------------------------------------------------- ppo by hand

@@ -25,7 +25,9 @@ HAND = [
 
 
 def test_clip_states_constants():
-    assert CLIP_STATES == ("none", "clip_low", "clip_high", "dual")
+    # The first four codes are stored in old token files: they never move.
+    assert CLIP_STATES[:4] == ("none", "clip_low", "clip_high", "dual")
+    assert CLIP_STATES[4:] == ("masked", "trunc_low", "trunc_high", "kl_penalty")
     assert AGGREGATIONS == ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
@@ -113,3 +115,39 @@ def test_aggregation_errors():
         aggregate(LOSS, MASK, "sum")
     with pytest.raises(ValueError, match=r"needs \[B, T\]"):
         aggregate(torch.ones(3), torch.ones(3, dtype=torch.bool), "seq-mean-token-mean")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_clipped_token_at_a_rounding_tie_gets_no_gradient(dtype):
+    """r one ulp past c_high with r*A == c_high*A after rounding: the state is clip_high, so
+    the gradient is exactly 0 (torch.minimum would give it half at the tie); one ulp below
+    c_low with A>0 (state none) the tie must not halve the gradient either."""
+    c_low, c_high = 0.8, 1.2
+    high = torch.tensor(c_high, dtype=dtype).clamp(c_low, c_high)
+    low = torch.tensor(c_low, dtype=dtype).clamp(c_low, c_high)
+    above = torch.nextafter(high, torch.tensor(2.0, dtype=dtype))
+    below = torch.nextafter(low, torch.tensor(0.0, dtype=dtype))
+    a = torch.linspace(0.1, 3.0, 20001, dtype=dtype)
+    tie_high = a[above * a == high * a][:3]
+    tie_low = a[below * a == low * a][:3]
+    assert tie_high.numel() == 3 and tie_low.numel() == 3  # ties exist at both bounds
+    r = torch.cat([above.expand(3), below.expand(3)])
+    adv = torch.cat([tie_high, tie_low])
+    logp = r.log().detach().requires_grad_()
+    ratio = logp.exp()
+    assert torch.equal(ratio.detach(), r)
+    states = [CLIP_STATES[s] for s in clip_states(ratio, adv, c_low, c_high).tolist()]
+    assert states == ["clip_high"] * 3 + ["none"] * 3
+    j = surrogate(ratio, adv, c_low, c_high)
+    # the value is min(rA, clip(r)A), ties included
+    torch.testing.assert_close(j.detach(), torch.minimum(r * adv, r.clamp(c_low, c_high) * adv),
+                               rtol=0, atol=0)
+    j.sum().backward()
+    assert bool((logp.grad[:3] == 0).all())  # clipped: exactly no gradient
+    # kept: dJ/dlogp = A r, whole
+    torch.testing.assert_close(logp.grad[3:], adv[3:] * r[3:], rtol=0, atol=0)
+    # The old form split the gradient at the tie; this test would catch a return to it.
+    logp_old = r.log().detach().requires_grad_()
+    rr = logp_old.exp()
+    torch.minimum(rr * adv, rr.clamp(c_low, c_high) * adv).sum().backward()
+    assert bool((logp_old.grad[:3] != 0).all())

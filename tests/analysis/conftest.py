@@ -78,7 +78,7 @@ def method_bounds(method: str) -> tuple[str, float, float]:
         return "bapo", 0.6, 1.2
     if method in ("clip_higher", "top_entropy"):
         return method, 0.8, 1.28
-    if method.startswith("clip_"):
+    if method.startswith("clip_") and method.count("_") == 2 and method[5].isdigit():
         lo, hi = method.split("_")[1:]
         return "ppo", float(lo), float(hi)
     return "ppo", 0.8, 1.2

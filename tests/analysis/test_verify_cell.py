@@ -33,6 +33,12 @@ def test_compare_finds_nothing_on_a_rerun_and_names_each_change(tmp_path, write_
     assert verify.compare_metrics(committed, rerun) == []
     assert verify.compare_tokens(committed, rerun) == []
     assert verify.compare_tokens(run.path, rerun) == []  # a plain run dir as the reference
+    # A key the committed records lack is newer telemetry: named, not a difference.
+    for rec in lines:
+        rec["masked_frac"] = 0.0
+    (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert verify.compare_metrics(committed, rerun) == []
+    assert verify.added_metrics(committed, rerun) == ["masked_frac"]
 
     lines[3]["grad_norm"] = 0.5 if lines[3].get("grad_norm") != 0.5 else 0.25
     (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[:-1]))

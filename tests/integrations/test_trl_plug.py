@@ -20,6 +20,7 @@ import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from src.algorithms import CLIP_STATES, METHODS  # noqa: E402
 from src.integrations.trl_grpo import ProjectGRPOTrainer, trl_knobs, trl_staleness  # noqa: E402
 from src.models.tiny import build_tiny_model  # noqa: E402
 from src.models.tokenizer import train_tokenizer  # noqa: E402
@@ -141,7 +142,7 @@ def test_incompatible_trl_knobs_fail_by_name(tmp_path, tokenizer, dataset, knob,
                            args=grpo_args(tmp_path, **{knob: value}))
 
 
-@pytest.mark.parametrize("method", ["ppo", "clip_higher", "top_entropy", "bapo"])
+@pytest.mark.parametrize("method", sorted(METHODS))  # every registered method
 def test_trains_and_writes_run_dir(tmp_path, tokenizer, dataset, method):
     import pyarrow.parquet as pq
 
@@ -186,6 +187,7 @@ def test_trains_and_writes_run_dir(tmp_path, tokenizer, dataset, method):
         assert all(u["rho"] is None or u["rho"] >= 0 for u in updates)
         assert all(0.6 <= u["c_low"] <= 0.9 and 1.2 <= u["c_high"] <= 3.0 for u in updates)
     tokens = pq.read_table(run_dir / "tokens" / "step_000001.parquet").to_pandas()
+    assert set(tokens["clip_state"]) <= set(CLIP_STATES)
     assert set(tokens["update"]) == {0, 1}
     assert tokens["response_id"].nunique() == 8  # each response once per pass
     assert set(tokens["group_id"]) == {0, 1}

@@ -10,10 +10,12 @@ Two layers:
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 import torch
 
-from src.algorithms import policy_loss
+from src.algorithms import METHODS, policy_loss
 from src.integrations.verl_losses import entropy_context, make_policy_loss
 
 
@@ -35,17 +37,24 @@ def call(fn, old, logp, adv, mask, config=None, mode="token-mean", **kw):
               loss_agg_mode=mode, config=config, rollout_is_weights=None, **kw)
 
 
-@pytest.mark.parametrize("method", ["ppo", "clip_higher", "bapo", "bapo_official", "top_entropy"])
+@pytest.mark.parametrize("method", sorted({"bapo_official", *METHODS}))  # every registered method
 def test_adapter_is_the_project_objective(method):
     old, logp, adv, mask, ent = batch()
-    objective = {"bapo_official": "bapo"}.get(method, method)
     from src.integrations._common import resolve_method
-    params = dict(resolve_method(method).params, norm_length=logp.shape[-1])
+    resolved = resolve_method(method)
+    objective = resolved.objective
+    assert objective == method or method == "bapo_official"
+    # verl's loss_agg_mode is the aggregation; random draws (clip_cov) are seeded by a
+    # checksum of the behaviour log-probs
+    params = dict(resolved.params, norm_length=logp.shape[-1], aggregation="token-mean",
+                  seed=zlib.crc32(old.detach().float().numpy().tobytes()))
     ref = policy_loss(objective, logp, old, adv, mask.bool(), entropy=ent, **params)
     with entropy_context(ent):
         loss, metrics = call(make_policy_loss(method, returns="dict"), old, logp, adv, mask)
     assert torch.equal(loss, ref.loss)
-    assert metrics["actor/repro/c_low"] == ref.c_low and metrics["actor/repro/c_high"] == ref.c_high
+    # bounds a method does not have (m2po, kl_cov) are left out of verl's float metrics
+    assert metrics.get("actor/repro/c_low") == ref.c_low
+    assert metrics.get("actor/repro/c_high") == ref.c_high
     assert metrics["actor/pg_clipfrac"] == ref.metrics["clip_frac"]
     assert all(isinstance(v, float) for v in metrics.values())
     loss.backward()
@@ -122,6 +131,13 @@ def test_registered_in_verls_registry():
     import src.integrations.verl_losses as plug
     for name in ("ppo", "clip_higher", "top_entropy", "bapo", "repro_bapo", "bapo_official"):
         assert core.get_policy_loss_fn(name) is not None
+    # every method is registered with the prefix; under its own name unless verl has that
+    # name for its own loss (verl's gspo, cispo, clip_cov, kl_cov stay verl's)
+    for name in METHODS:
+        ours = core.get_policy_loss_fn(f"repro_{name}")
+        assert ours.__name__ == f"repro_policy_loss_{name}"
+        own = core.get_policy_loss_fn(name)
+        assert own is ours or not own.__name__.startswith("repro_")
     assert plug.RETURNS == "dict"
     old, logp, adv, mask, _ = batch()
     loss, metrics = call(core.get_policy_loss_fn("bapo"), old, logp, adv, mask.bool(),
@@ -136,7 +152,7 @@ def test_equals_verl_vanilla(method, eps_high, dual, capsys):
     core = _verl()
     old, logp, adv, mask, _ = batch(noise=1.0)  # ratios up to ~e^3: dual clip active
     # verl's vanilla always dual-clips (clip_ratio_c); "off" = a constant no ratio reaches.
-    cfg = actor_config(method, {"dual_clip_c": dual}, clip_ratio_low=0.2, clip_ratio_high=eps_high,
+    cfg = actor_config(method, {method: {"dual_clip_c": dual}}, clip_ratio_low=0.2, clip_ratio_high=eps_high,
                        clip_ratio_c=dual or 1e6)
     ref, ref_m = call(core.get_policy_loss_fn("vanilla"), old, logp, adv, mask.bool(), config=cfg)
     (ref_grad,) = torch.autograd.grad(ref, logp)

@@ -1,0 +1,113 @@
+"""bapo: adaptive clipping bounds searched per update (arXiv 2510.18927, Algorithm 1).
+
+The decision is the bound search (`src.algorithms.bapo`) on the whole mini-batch's
+current ratios; the loss is the clipped surrogate at the bounds it found.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from src.algorithms import bapo as search
+from src.algorithms._checks import check_bounds, check_dual_clip, check_in
+from src.algorithms.methods._base import (
+    Decision,
+    DecisionInputs,
+    Inputs,
+    Method,
+    MethodParams,
+    TokenObjective,
+    param,
+    register,
+)
+from src.algorithms.methods._clipped import DUAL_HELP, clipped_objective
+
+SECTION = "paper section 5.1"
+
+
+@dataclass
+class BapoParams(MethodParams):
+    rho0: float = param(0.4, "target share of the policy-gradient magnitude on A>0 tokens", SECTION)
+    low_start: float = param(0.6, "c_low at the start of the search (a-)", SECTION)
+    low_max: float = param(0.9, "largest c_low the search may reach (b-)", SECTION)
+    high_start: float = param(1.2, "c_high at the start of the search (a+)", SECTION)
+    high_max: float = param(3.0, "largest c_high the search may reach (b+)", SECTION)
+    high_step: float = param(0.05, "c_high step (delta1)", SECTION)
+    low_step: float = param(0.02, "c_low step (delta2)", SECTION)
+    contribution: str = param("gradient", "gradient: rho is the A>0 share of sum |r A| over "
+                              "unclipped tokens; value: literal Eq. 8 (surrogate values)")
+    weights: str = param("uniform", "uniform | rollout_prob: w_t = exp(logp_b), as Eq. 8 prints it")
+    order: str = param("paper", "paper: Algorithm 1 (c_high first); official: the verl recipe "
+                       "(c_low first, to its max, then c_high)")
+    search: str = param("fast", "fast | reference: the literal loop (same result, slower)")
+    dual_clip_c: float | None = param(None, DUAL_HELP)
+
+    def validate(self) -> None:
+        check_bounds(self.low_start, self.high_start, name="low_start")
+        check_dual_clip(self.dual_clip_c)
+        search.check_grid(self.rho0, self.low_start, self.low_max, self.high_start, self.high_max,
+                          self.high_step, self.low_step, self.contribution, self.order)
+        check_in("weights", self.weights, ("uniform", "rollout_prob"))
+        if self.search not in ("fast", "reference"):
+            raise ValueError(f"search must be 'fast' or 'reference', got {self.search!r}")
+
+
+@register
+class Bapo(Method):
+    """Decision: the search's `BoundsResult` (`data`) and its rho/steps (`record`)."""
+
+    name = "bapo"
+    Params = BapoParams
+    decides = True
+
+    def decide(self, inputs: DecisionInputs) -> Decision:
+        """Mergeable: the search reads the whole mini-batch's masked tokens at once."""
+        p = self.params
+        mask = inputs.mask
+        ratio = inputs.log_ratio.exp()
+        adv = inputs.advantages
+        w = search.token_weights(p.weights, ratio, inputs.logp_behavior)
+        if p.dual_clip_c is not None and p.contribution == "gradient":
+            # Dual-clipped tokens carry no gradient whatever the bounds, so they get weight 0
+            # in rho (they stay in the mask: A != 0 but all clipped means rho = 0, not undefined).
+            keep = ~((adv < 0) & (ratio > p.dual_clip_c))
+            w = keep.to(ratio.dtype) if w is None else torch.where(keep, w, 0.0)
+        grid = dict(rho0=p.rho0, low_start=p.low_start, low_max=p.low_max,
+                    high_start=p.high_start, high_max=p.high_max, high_step=p.high_step,
+                    low_step=p.low_step, contribution=p.contribution, order=p.order)
+        if p.search == "fast":  # inputs are validated: search the masked tokens directly
+            r = ratio[mask].double()
+            found = search.search_tokens(r, adv[mask].double(),
+                                         torch.ones_like(r) if w is None else w[mask].double(), **grid)
+        else:
+            found = search.adaptive_bounds_reference(ratio, adv, mask, weights=w, **grid)
+        return self._decision(found)
+
+    def given_decision(self, *, bounds: search.BoundsResult | None = None, **rest) -> Decision:
+        """`bounds`: a search result found beforehand (e.g. on a whole mini-batch)."""
+        if rest or bounds is None:
+            return super().given_decision(**rest, **({} if bounds is None else {"bounds": bounds}))
+        if not isinstance(bounds, search.BoundsResult):
+            raise TypeError(f"bounds must be a BoundsResult or None, got {type(bounds).__name__}")
+        check_bounds(bounds.c_low, bounds.c_high)
+        return self._decision(bounds)
+
+    @staticmethod
+    def _decision(found: search.BoundsResult) -> Decision:
+        def finite(x: float) -> float | None:
+            return None if math.isnan(x) else x
+
+        return Decision(data=found, record={
+            "rho": finite(found.rho), "rho_before": finite(found.rho_start),
+            "bapo_steps": found.steps, "bapo_reached": found.reached,
+            "bapo_undefined": found.undefined})
+
+    def token_objective(self, x: Inputs, decision: Decision) -> TokenObjective:
+        found = decision.data
+        if not isinstance(found, search.BoundsResult):
+            raise ValueError("bapo's loss needs its decision (the searched bounds): call decide() "
+                             "first, or pass bounds=")
+        return clipped_objective(x, found.c_low, found.c_high, self.params.dual_clip_c)

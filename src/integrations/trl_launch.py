@@ -1,0 +1,97 @@
+"""Launcher of the TRL plug: `python -m src.integrations.trl_launch --config <yaml> [key=value ...]`.
+
+Builds the model, the project task's prompts and its verifier reward, and the project's
+evaluator from a launch yaml (conf/integrations/trl_grpo.yaml, trl_grpo_tiny_cpu.yaml),
+then runs `ProjectGRPOTrainer` (src/integrations/trl_grpo.py) and writes the run dir.
+Works under `accelerate launch -m src.integrations.trl_launch ...` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+from trl import GRPOConfig
+
+from src.integrations.trl_grpo import ProjectGRPOTrainer, trl_knobs
+
+
+def build_trainer(cfg: dict) -> ProjectGRPOTrainer:
+    """A ready trainer from the launch config (conf/integrations/trl_grpo.yaml format)."""
+    from datasets import Dataset
+
+    from src.build import build_evaluator, prompt_formatter
+    from src.config import validate
+    from src.tasks import get_task
+
+    trl_kwargs = dict(cfg.get("trl") or {})
+    staleness, epochs = int(cfg.get("staleness", 1)), int(cfg.get("epochs", 1))
+    trl_kwargs.update(trl_knobs(staleness, epochs=epochs, gradient_accumulation_steps=int(
+        trl_kwargs.get("gradient_accumulation_steps", 1))))
+    trl_kwargs.setdefault("seed", int(cfg.get("seed", 0)))
+    trl_kwargs.setdefault("report_to", "none")
+    args = GRPOConfig(**trl_kwargs)
+    if not args.max_steps or args.max_steps <= 0:
+        raise ValueError("trl.max_steps must be > 0 (optimizer steps = rollout steps * staleness * epochs)")
+    method = cfg.get("method", "bapo")
+    project = validate({"seed": args.seed, "cache_dir": cfg.get("cache_dir", ".cache"),
+                        "model": dict(cfg.get("model") or {}),
+                        "task": dict(cfg.get("task") or {}),
+                        "rollout": {"max_new_tokens": args.max_completion_length,
+                                    "temperature": args.temperature, "top_p": args.top_p},
+                        "eval": dict(cfg.get("eval") or {})})
+    task = get_task(project.task.name, **dict(project.task.params))
+    if project.model.kind == "tiny":
+        from src.build import build_model
+        model, tokenizer, info = build_model(project, task, torch.device("cpu"), progress=True)
+        start = int(info.get("next_train_index", 0))
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(project.model.path,
+                                                  trust_remote_code=project.model.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            project.model.path, dtype=getattr(torch, project.model.dtype),
+            trust_remote_code=project.model.trust_remote_code)
+        start = 0
+    fmt = prompt_formatter(project, tokenizer)
+    rollouts = -(-args.max_steps // (staleness * epochs))
+    n_prompts = rollouts * args.generation_batch_size // args.num_generations
+    problems = [task.problem(start + i) for i in range(n_prompts)]
+    dataset = Dataset.from_list([{"prompt": fmt(p.prompt), "problem_index": p.index} for p in problems])
+    by_index = {p.index: p for p in problems}
+
+    def task_reward(completions, problem_index, **_):
+        return [task.score(by_index[i], c if isinstance(c, str) else c[-1]["content"])
+                for c, i in zip(completions, problem_index, strict=True)]
+
+    eval_fn = None
+    if cfg.get("eval") and cfg["eval"].get("every"):
+        evaluate = build_evaluator(project, model, tokenizer, task, fmt)
+        eval_fn = evaluate
+    return ProjectGRPOTrainer(
+        model=model, reward_funcs=task_reward, args=args, train_dataset=dataset,
+        processing_class=tokenizer, method=method, method_overrides=cfg.get("method_overrides"),
+        run_dir=cfg.get("run_dir"), experiment=str(cfg.get("experiment", "trl")),
+        token_fraction=float(cfg.get("token_fraction", 1.0)),
+        eval_fn=eval_fn, eval_every=(cfg.get("eval") or {}).get("every"),
+        extra_config={"task": {"name": project.task.name, "params": dict(project.task.params)},
+                      "model": {"kind": project.model.kind, "path": project.model.path}})
+
+
+def main(argv: list[str] | None = None) -> int:
+    from omegaconf import OmegaConf
+
+    p = argparse.ArgumentParser(description="GRPO with the project's objectives, on TRL.")
+    p.add_argument("--config", required=True, help="launch yaml (conf/integrations/trl_grpo.yaml)")
+    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. method=ppo staleness=4")
+    ns = p.parse_args(argv)
+    raw = OmegaConf.merge(OmegaConf.load(ns.config), OmegaConf.from_dotlist(ns.overrides))
+    cfg = OmegaConf.to_container(raw, resolve=True)
+    trainer = build_trainer(cfg)
+    trainer.train()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
