@@ -32,7 +32,7 @@ _HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-
                      "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
                      "--experimental-rerun")
 _VERSIONED = ("torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy",
-              "pandas", "pyarrow", "wandb", "reasoning-gym", "vllm", "trl")
+              "pandas", "pyarrow", "wandb", "vllm", "trl")
 
 
 def config_exit(message: str) -> None:

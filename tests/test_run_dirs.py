@@ -136,7 +136,8 @@ def test_a_dir_made_with_another_config_is_refused(finished_run, status, tmp_pat
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert err.startswith(f"config error: train.lr: {run_dir} holds a run made with another config")
-    assert "train.lr is 0.0001 here but 5e-05 there; train.steps is 2 here but 1 there" in err
+    old_lr = yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["lr"]
+    assert f"train.lr is 0.0001 here but {old_lr} there; train.steps is 2 here but 1 there" in err
     assert "overwrite=true" in err
     assert _snapshot(run_dir) == before
 

@@ -1,6 +1,7 @@
 """Chain sums with worked solutions: `12+7+5=?` -> `12+7=19, 19+5=24. Answer: 24`.
 
-Why our own generator and not reasoning-gym's `chain_sum`: reasoning-gym gives the question
+Why our own generator and not reasoning-gym's `chain_sum` (reasoning-gym is not a dependency,
+for this reason): reasoning-gym gives the question
 and the final answer only, and the warm start needs a worked solution as its SFT target.
 The running partial sums make the response length grow with the number of terms, which is
 the length effect the paper's positive/negative-response analysis needs, and they make each
