@@ -28,6 +28,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from analysis.loader import upgrade_method_layout  # noqa: E402
 from src.config import rollout_prompts, validate  # noqa: E402
 from src.tasks import get_task  # noqa: E402
 
@@ -59,7 +60,8 @@ def classify(terms: list[int], text: str) -> str:
 def run_rows(run_dir: Path, steps: list[int] | None) -> pd.DataFrame:
     from transformers import PreTrainedTokenizerFast
 
-    cfg = validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    # pilots run before the per-method parameter sections existed are read in today's layout
+    cfg = validate(upgrade_method_layout(yaml.safe_load((run_dir / "config.yaml").read_text())))
     meta = json.loads((run_dir / "meta.json").read_text())
     warm = Path(meta["warm_start"])
     tokenizer = PreTrainedTokenizerFast.from_pretrained(warm)
