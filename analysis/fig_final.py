@@ -31,9 +31,14 @@ def eval_caption(runs: RunSet, final: pd.DataFrame) -> str:
     n_problems = _values(runs.evals["n_problems"]) if "n_problems" in runs.evals else "?"
     samples = _values(r.cfg("eval.samples") for r in runs.runs)
     seeds = _values(final.groupby(["method", "staleness"]).size())
-    return (f"Last eval of each run on {n_problems} held-out problems (greedy: 1 response, "
+    text = (f"Last eval of each run on {n_problems} held-out problems (greedy: 1 response, "
             f"sampled: {samples} per problem).\nBars: mean over {seeds} seeds; whiskers: 95% "
             "Student-t interval over seeds, clipped to [0, 1].")
+    at_1x = set(final.loc[final["staleness"] == 1, "method"])
+    if at_1x and set(final["method"]) - at_1x:
+        text += ("\nNo 1x bar: not run at 1x, where every IS weight is 1 and a method that "
+                 "only clips differently makes ppo's update (read ppo's bar).")
+    return text
 
 
 def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
