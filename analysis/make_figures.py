@@ -23,7 +23,14 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `analysis` importable from the repo root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis import fig_bounds, fig_final, fig_tokens, fig_training, style  # noqa: E402
+from analysis import (  # noqa: E402
+    fig_bounds,
+    fig_entropy_law,
+    fig_final,
+    fig_tokens,
+    fig_training,
+    style,
+)
 from analysis.loader import RunSet, load_runs  # noqa: E402
 from analysis.plotting import FigureResult, Options, SkipFigure  # noqa: E402
 from analysis.report import SuiteFigures, verdict_counts, write_report  # noqa: E402
@@ -40,6 +47,7 @@ FIGURES: dict[str, Callable[[RunSet, Options], FigureResult]] = {
     "fig10_prob_is_entropy": fig_tokens.fig10_prob_ratio_entropy,
     "fig11_final_accuracy": fig_final.fig11_final_accuracy,
     "fig_entropy_quadrants": fig_tokens.fig_entropy_quadrants,
+    "fig_entropy_law": fig_entropy_law.fig_entropy_law,
 }
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import style
+from analysis import random_reward, style
 from analysis.cells import experiment_order
 from analysis.loader import RunSet
 from analysis.search_outcomes import search_outcomes
 from analysis.stats import fmt_ci, mean_ci
+from analysis.verdicts import VERDICTS, Claim, greater, in_range, no_interval, threshold
 
 RESULT_COLUMNS = {
     "final_sampled_acc": "final sampled acc",
@@ -54,89 +55,6 @@ def results_table(summary: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------------- claims
 
 
-VERDICTS = ("held", "not held", "not settled", "no data")
-
-
-@dataclass
-class Claim:
-    claim: str
-    paper: str
-    criterion: str
-    measured: str = "—"
-    experiments: str = ""  # the experiments whose runs the numbers come from
-    value: float = math.nan  # the main measured number, for tests and CSV readers
-    verdict: str = "no data"  # held / not held only when the 95% interval settles it
-    note: str = ""
-
-
-def _ci(values: pd.Series) -> tuple[float, float, float, int, str]:
-    m, lo, hi, n = mean_ci(values)
-    return m, lo, hi, n, fmt_ci(m, lo, hi, n)
-
-
-def _no_interval(c: Claim, *lows: float) -> bool:
-    if any(math.isnan(x) for x in lows):
-        c.verdict, c.note = "not settled", "one seed: no interval"
-        return True
-    return False
-
-
-def _threshold(c: Claim, values: pd.Series, above: float) -> Claim:
-    """Held when the whole 95% interval lies above `above`, not held when below it."""
-    m, low, high, n, text = _ci(values)
-    if not n:
-        return c
-    c.measured, c.value = text, m
-    if _no_interval(c, low):
-        return c
-    if low > above:
-        c.verdict = "held"
-    elif high < above:
-        c.verdict = "not held"
-    else:
-        c.verdict, c.note = "not settled", "95% interval includes the threshold"
-    return c
-
-
-def _in_range(c: Claim, values: pd.Series, lo: float, hi: float) -> Claim:
-    """Held when the whole 95% interval lies in [lo, hi], not held when it misses it."""
-    m, low, high, n, text = _ci(values)
-    if not n:
-        return c
-    c.measured, c.value = text, m
-    if _no_interval(c, low):
-        return c
-    if lo <= low and high <= hi:
-        c.verdict = "held"
-    elif high < lo or low > hi:
-        c.verdict = "not held"
-    else:
-        inside = "inside" if lo <= m <= hi else "outside"
-        c.verdict = "not settled"
-        c.note = f"mean {inside} the range; its 95% interval reaches {'out of' if inside == 'inside' else 'into'} it"
-    return c
-
-
-def _greater(c: Claim, a: pd.Series, b: pd.Series, names: tuple[str, str]) -> Claim:
-    """Held when a's 95% interval lies wholly above b's, not held when wholly below."""
-    ma, la, ha, na, ta = _ci(a)
-    mb, lb, hb, nb, tb = _ci(b)
-    if not (na and nb):
-        return c
-    c.measured = f"{names[0]} {ta} vs {names[1]} {tb}"
-    c.value = ma - mb
-    if _no_interval(c, la, lb):
-        return c
-    if la > hb:
-        c.verdict = "held"
-    elif ha < lb:
-        c.verdict = "not held"
-    else:
-        c.verdict = "not settled"
-        c.note = f"95% intervals overlap (means differ by {c.value:+.4f})"
-    return c
-
-
 def _trend(c: Claim, s: pd.DataFrame, col: str) -> Claim:
     """Held when the highest staleness's 95% interval lies wholly above the lowest's."""
     by = {int(k): g[col] for k, g in s.groupby("staleness")}
@@ -151,7 +69,7 @@ def _trend(c: Claim, s: pd.DataFrame, col: str) -> Claim:
     (m0, lo0, hi0, _), (m1, lo1, hi1, _) = stats[levels[0]], stats[levels[-1]]
     c.value = m1 - m0
     monotone = pd.Series([stats[k][0] for k in levels]).is_monotonic_increasing
-    if _no_interval(c, lo0, lo1):
+    if no_interval(c, lo0, lo1):
         return c
     if lo1 > hi0:
         c.verdict = "held"
@@ -187,21 +105,21 @@ def claims_table(s: pd.DataFrame) -> pd.DataFrame:
         return Claim(text, paper, criterion, experiments=_experiments(pd.concat(used)))
 
     claims = [
-        _threshold(
+        threshold(
             claim("Negative tokens carry most of the loss contribution (ppo, staleness > 1, Fig 4)",
                   "~0.55-0.65 negative share", "95% interval of the negative share above 0.5",
                   ppo_off),
             1.0 - ppo_off["pos_contrib"],
             0.5,
         ),
-        _threshold(
+        threshold(
             claim("Negative tokens are most of the tokens (ppo, staleness > 1, Fig 4)",
                   "~0.80 negative share", "95% interval of the negative token share above 0.5",
                   ppo_off),
             ppo_off["token_share_neg"],
             0.5,
         ),
-        _greater(
+        greater(
             claim("Negative responses are longer than positive ones (ppo, staleness > 1, Fig 6)",
                   "negative longer", "95% intervals: length A<0 above A>0", ppo_off),
             ppo_off["length_neg"],
@@ -220,28 +138,28 @@ def claims_table(s: pd.DataFrame) -> pd.DataFrame:
             ppo,
             "entropy_drop",
         ),
-        _in_range(
+        in_range(
             claim("BAPO c_high settles high (bapo, staleness > 1, Fig 8)", "~1.9-2.2",
                   "95% interval of mean c_high within [1.9, 2.2]", bapo_off),
             bapo_off["c_high"],
             1.9,
             2.2,
         ),
-        _in_range(
+        in_range(
             claim("BAPO c_low settles near 0.7 (bapo, staleness > 1, Fig 8)", "~0.7",
                   "95% interval of mean c_low within [0.65, 0.75]", bapo_off),
             bapo_off["c_low"],
             0.65,
             0.75,
         ),
-        _in_range(
+        in_range(
             claim("BAPO positive contribution (bapo, staleness > 1, Fig 9)", "~0.43-0.46",
                   "95% interval within [0.43, 0.46]", bapo_off),
             bapo_off["pos_contrib"],
             0.43,
             0.46,
         ),
-        _greater(
+        greater(
             claim("BAPO raises the positive contribution over ppo (staleness > 1, Fig 9)",
                   "bapo > ppo", "95% intervals: bapo above ppo", bapo_off, ppo_off),
             bapo_off["pos_contrib"],
@@ -253,7 +171,7 @@ def claims_table(s: pd.DataFrame) -> pd.DataFrame:
         for other, paper in (("ppo", "62.0 vs 54.2"), ("clip_higher", "62.0 vs 59.2")):
             paper = f"AIME24 4x: {paper}" if k == 4 else "bapo best (Fig 11)"
             claims.append(
-                _greater(
+                greater(
                     claim(f"bapo beats {other} at {k}x (final sampled accuracy, Fig 11)", paper,
                           f"95% intervals: bapo above {other}", at("bapo", k), at(other, k)),
                     at("bapo", k)["final_sampled_acc"],
@@ -262,7 +180,7 @@ def claims_table(s: pd.DataFrame) -> pd.DataFrame:
                 )
             )
     claims += [
-        _greater(
+        greater(
             claim("Raising c_high slows the entropy drop (clip_0.8_1.5 vs ppo at 4x, Fig 7)",
                   "slower drop", "95% intervals: entropy drop of ppo above clip_0.8_1.5",
                   at("ppo", 4), at("clip_0.8_1.5", 4)),
@@ -270,7 +188,7 @@ def claims_table(s: pd.DataFrame) -> pd.DataFrame:
             at("clip_0.8_1.5", 4)["entropy_drop"],
             ("ppo", "clip_0.8_1.5"),
         ),
-        _greater(
+        greater(
             claim("Lowering c_low speeds the entropy drop (clip_0.5_1.2 vs ppo at 4x, Fig 7)",
                   "faster drop", "95% intervals: entropy drop of clip_0.5_1.2 above ppo",
                   at("clip_0.5_1.2", 4), at("ppo", 4)),
@@ -380,6 +298,14 @@ def _search_lines(table: pd.DataFrame, suites: list[str]) -> list[str]:
     ]
 
 
+def _random_reward_lines(runs: RunSet, summary: pd.DataFrame, last_k: int) -> list[str]:
+    """The random-reward section (analysis/random_reward.py); none without such runs."""
+    if not random_reward.random_suites(runs):
+        return []
+    table = random_reward.cell_table(runs, summary, last_k)
+    return ["## Random-reward experiment", "", random_reward.intro(last_k), "", md_table(table), ""]
+
+
 def _claims_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
     lines = [
         "## Paper claims",
@@ -442,8 +368,11 @@ def write_report(
 ) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
     suites = runs.suites
     results = order_cells(results_table(summary), suites)
+    coin_flips = set(random_reward.random_suites(runs))
     claims = pd.concat(
-        [claims_table(summary[summary["suite"] == suite]).assign(suite=suite) for suite in suites],
+        [(random_reward.suite_claims(runs, suite, last_k) if suite in coin_flips
+          else claims_table(summary[summary["suite"] == suite])).assign(suite=suite)
+         for suite in suites],
         ignore_index=True,
     )
     claims = claims[["suite", *[c for c in claims.columns if c != "suite"]]]
@@ -484,6 +413,7 @@ def write_report(
         "",
         md_table(results_markdown(results, suites)) if len(results) else "no runs",
         "",
+        *_random_reward_lines(runs, summary, last_k),
         *_claims_lines(claims, suites),
         *_search_lines(search, suites),
         *_figure_lines(runs, figures),

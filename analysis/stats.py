@@ -1,4 +1,5 @@
-"""Mean and 95% interval over seeds (Student t), used by every figure and the report.
+"""Mean and 95% interval over seeds (Student t), used by every figure and the report; the
+Wilson interval of a share.
 
 Computed rather than bootstrapped: it is deterministic (reruns give identical figures) and
 costs nothing, while seaborn's bootstrap is random and slow on ~40 runs x 60 steps.
@@ -20,6 +21,7 @@ _T975 = [
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 ]
 # fmt: on
+Z975 = 1.959964  # two-sided 95% normal quantile
 
 
 def t975(df: int) -> float:
@@ -61,3 +63,14 @@ def fmt_ci(mean: float, low: float, high: float, n: int, digits: int = 3) -> str
     if math.isnan(low):
         return f"{mean:.{digits}f} (n={n})"
     return f"{mean:.{digits}f} ± {(high - low) / 2:.{digits}f} (n={n})"
+
+
+def wilson(k: int, n: int, z: float = Z975) -> tuple[float, float, float]:
+    """(share, low, high): k of n with the Wilson score 95% interval; NaNs when n = 0."""
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return p, max(0.0, centre - half), min(1.0, centre + half)

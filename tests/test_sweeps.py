@@ -9,18 +9,29 @@ from pathlib import Path
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from experiments import run_sweep
 from src.config import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = yaml.safe_load((ROOT / "experiments" / "sweeps.yaml").read_text())
+GRIDS = [(name, i, grid) for name in SWEEPS for i, grid in enumerate(run_sweep.sweep_grids(name))]
+
+
+def cells(name: str, *keys: str) -> set[tuple]:
+    """Every job of the sweep (all its parts) as a tuple of `keys`; a job whose grid lacks
+    a key gets None there."""
+    out = set()
+    for grid in run_sweep.sweep_grids(name):
+        axes = [grid.get(k, [None]) for k in keys]
+        out |= set(itertools.product(*axes))
+    return out
 
 
 def test_sweeps_cover_the_reproduction_grid():
-    def cells(name):
-        g = SWEEPS[name]["grid"]
-        return set(itertools.product(g["method"], g["experiment"], g["seed"]))
+    def grid_cells(name):
+        return cells(name, "method", "experiment", "seed")
 
     seeds = (0, 1, 2)
     # At 1x clip_higher and bapo are ppo's update (every IS weight is 1), so the 1x cell
@@ -31,15 +42,15 @@ def test_sweeps_cover_the_reproduction_grid():
         for k in (2, 4)
         for s in seeds
     }
-    assert cells("main") == stale
-    assert cells("main_1x") == {(m, "staleness_1x", s) for m in ("ppo", "top_entropy") for s in seeds}
-    assert cells("fig7") == {
+    assert grid_cells("main") == stale
+    assert grid_cells("main_1x") == {(m, "staleness_1x", s) for m in ("ppo", "top_entropy") for s in seeds}
+    assert grid_cells("fig7") == {
         (m, "staleness_4x", s) for m in ("clip_0.8_1.5", "clip_0.5_1.2") for s in seeds
     }
-    assert cells("readings") == {
+    assert grid_cells("readings") == {
         (m, "staleness_4x", s) for m in ("bapo_value", "bapo_official") for s in seeds
     }
-    assert cells("staleness_8x") == {(m, "staleness_8x", s) for m in ("ppo", "bapo") for s in seeds}
+    assert grid_cells("staleness_8x") == {(m, "staleness_8x", s) for m in ("ppo", "bapo") for s in seeds}
     peers = SWEEPS["peers"]["grid"]
     assert peers["method"] == ["ppo", "clip_higher", "bapo", "gspo", "cispo", "m2po", "clip_cov",
                                "kl_cov"]
@@ -55,19 +66,46 @@ def test_peers_run_at_a_stale_setting():
     assert cfg.train.staleness > 1
 
 
-@pytest.mark.parametrize("name", sorted(SWEEPS))
-def test_every_cell_composes_and_validates(name):
-    grid = SWEEPS[name]["grid"]
-    extra = [f"{k}={v[0]}" for k, v in grid.items() if k not in ("method", "experiment", "seed")]
+def test_random_reward_sweep_is_the_issues_cells():
+    # 1x ppo (nothing is clipped) as the control; at 4x the clip settings in both staleness
+    # modes; every job with coin-flip rewards and the per-update entropy change logged.
+    keys = ("method", "experiment", "train.staleness_mode", "seed", "task.reward",
+            "logger.entropy_change")
+    seeds = (0, 1, 2)
+    control = {("ppo", "staleness_1x", None, s, "random", True) for s in seeds}
+    stale = {
+        (m, "staleness_4x", mode, s, "random", True)
+        for m in ("ppo", "clip_0.8_1.5", "clip_0.5_1.2", "clip_higher", "bapo")
+        for mode in ("minibatch", "fixed_update")
+        for s in seeds
+    }
+    assert cells("random_reward", *keys) == control | stale
+    assert len(run_sweep.sweep_grids("random_reward")) == 2  # one multirun per part
+
+
+@pytest.mark.parametrize("name,part,grid", GRIDS, ids=[f"{n}-{i}" for n, i, _ in GRIDS])
+def test_every_grid_runs_seed_outermost(name, part, grid):
+    # Hydra runs the first key outermost: a sweep stopped part-way has whole seeds.
+    assert list(grid)[:3] == ["seed", "method", "experiment"]
+
+
+@pytest.mark.parametrize("name,part,grid", GRIDS, ids=[f"{n}-{i}" for n, i, _ in GRIDS])
+def test_every_cell_composes_and_validates(name, part, grid):
+    keys = [k for k in grid if k != "seed"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        for method, experiment in itertools.product(grid["method"], grid["experiment"]):
-            cfg = compose("config", overrides=[f"method={method}", f"experiment={experiment}", *extra])
+        for values in itertools.product(*(grid[k] for k in keys)):
+            overrides = run_sweep.grid_overrides({k: [v] for k, v in zip(keys, values, strict=True)})
+            cfg = compose("config", overrides=overrides)
             validate(cfg)
-            assert cfg.method.name == method and cfg.experiment.name == experiment
+            assert cfg.method.name == values[keys.index("method")]
+            assert cfg.experiment.name == values[keys.index("experiment")]
+            for key, value in zip(keys, values, strict=True):
+                if key not in ("method", "experiment"):
+                    assert OmegaConf.select(cfg, key) == value, key
 
 
-def test_sweep_command_is_one_multirun():
-    cmd = run_sweep.sweep_command("fig7", ["train.steps=2"])
+def test_sweep_commands_are_one_multirun_per_part():
+    (cmd,) = run_sweep.sweep_commands("fig7", ["train.steps=2"])
     assert cmd[:4] == [sys.executable, "-m", "src.run", "-m"]
     assert cmd[4:] == [
         "seed=0,1,2",  # outermost: a sweep stopped part-way holds whole seeds of every cell
@@ -75,5 +113,33 @@ def test_sweep_command_is_one_multirun():
         "experiment=staleness_4x",
         "train.steps=2",
     ]
+    control, stale = run_sweep.sweep_commands("random_reward", [])
+    shared = ["task.reward=random", "logger.entropy_change=true"]  # YAML true as Hydra's true
+    assert control[4:] == ["seed=0,1,2", "method=ppo", "experiment=staleness_1x", *shared]
+    assert stale[4:] == ["seed=0,1,2", "method=ppo,clip_0.8_1.5,clip_0.5_1.2,clip_higher,bapo",
+                         "experiment=staleness_4x", "train.staleness_mode=minibatch,fixed_update",
+                         *shared]
     with pytest.raises(SystemExit, match="unknown sweep 'nope'"):
-        run_sweep.sweep_command("nope", [])
+        run_sweep.sweep_commands("nope", [])
+
+
+@pytest.mark.parametrize("entry", [
+    {"grid": {"seed": [0]}, "parts": [{"seed": [0]}]},
+    {"description": "neither"},
+    {"parts": []},
+    {"parts": [{"seed": [0]}, "method=ppo"]},
+])
+def test_a_malformed_sweep_entry_is_named(entry):
+    with pytest.raises(SystemExit, match="sweep 'bad'"):
+        run_sweep.sweep_grids("bad", {"bad": entry})
+
+
+def test_every_part_is_checked_before_the_first_runs(capsys):
+    # A bad job in the last part stops the sweep with one config-error line before part 1
+    # starts (check_all runs nothing: it only composes and checks).
+    control, stale = run_sweep.sweep_commands("random_reward", [])
+    with pytest.raises(SystemExit) as exit_:
+        run_sweep.check_all([control, [*stale, "train.staleness_mode=nope"]])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: train.staleness_mode") and "experiment=staleness_4x" in err  # part 2

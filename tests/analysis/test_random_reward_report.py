@@ -1,0 +1,234 @@
+"""The random-reward experiment's analysis: Eq. 6 per update, entropy drift, claim verdicts.
+
+Synthetic run dirs get hand-chosen numbers (entropy per step, covariance and entropy change
+per update); every expected number below is worked out by hand from those choices.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import make_figures
+from analysis.entropy_law import entropy_drift, law_by_cell, pearson, sign_agreement, update_pairs
+from analysis.fig_entropy_law import fig_entropy_law
+from analysis.loader import load_runs
+from analysis.plotting import SkipFigure
+from analysis.random_reward import random_suites, suite_claims
+from analysis.stats import wilson
+
+T2 = 4.303  # t(0.975, df=2): three seeds
+STEPS, LAST_K = 4, 2  # drift = mean entropy of steps 2, 3 minus that of steps 0, 1
+RANDOM = {"task.reward": "random", "task.reward_p": 0.5, "logger.entropy_change": True}
+# Per cell and seed: the entropy drift, and how many of the run's updates (16 at 4x: 4 steps
+# of 4; 4 at 1x) get a measured change of the opposite sign to the prediction.
+DRIFT = {
+    ("ppo", 1): [-0.01, 0.0, 0.01],
+    ("ppo", 4): [-0.20, -0.21, -0.22],
+    ("clip_0.8_1.5", 4): [0.05, 0.06, 0.07],
+    ("clip_0.5_1.2", 4): [-0.20, -0.25, -0.15],
+}
+FLIPPED = {
+    ("ppo", 1): [2, 2, 2],  # 2 of 4 agree per seed: 6 of 12
+    ("ppo", 4): [4, 2, 6],  # 12, 14, 10 of 16 agree: 36 of 48
+    ("clip_0.8_1.5", 4): [16, 16, 16],  # none agrees
+    ("clip_0.5_1.2", 4): [8, 8, 8],  # 24 of 48
+}
+
+
+def predicted(n: int) -> np.ndarray:
+    """The prediction -cov of update i of a run: i - (n - 1) / 2, never 0."""
+    return np.arange(n) - (n - 1) / 2
+
+
+def measured(n: int, flipped: int) -> np.ndarray:
+    """1e-3 times the prediction, its sign flipped on the first `flipped` updates."""
+    x = predicted(n) * 1e-3
+    x[:flipped] *= -1
+    return x
+
+
+def rewrite(run, drift: float, flipped: int) -> None:
+    """Put the hand-chosen numbers into the run's metrics.jsonl."""
+    lines = [json.loads(x) for x in (run.path / "metrics.jsonl").read_text().splitlines()]
+    n_updates = sum(r["kind"] == "update" for r in lines)
+    x, y = predicted(n_updates), measured(n_updates, flipped)
+    i = 0
+    for rec in lines:
+        if rec["kind"] == "update":
+            rec.update(entropy_clip_cov=-x[i], entropy_change=y[i], entropy_after=1.0 + y[i])
+            i += 1
+        elif rec["kind"] == "step":
+            rec["entropy_mean"] = 1.0 if rec["step"] < STEPS // 2 else 1.0 + drift
+    (run.path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def write_cells(root, write_run, cells, mode: str) -> None:
+    for (method, k), drifts in cells.items():
+        for seed, drift in enumerate(drifts):
+            run = write_run(root, method, k, seed, experiment=f"rr_{mode}", steps=STEPS,
+                            extra_config={**RANDOM, "train.staleness_mode": mode}, tag=mode)
+            rewrite(run, drift, FLIPPED[(method, k)][seed])
+
+
+@pytest.fixture(scope="module")
+def coin_flip_runs(tmp_path_factory):
+    from tests.analysis.conftest import write_run
+
+    root = tmp_path_factory.mktemp("random_reward")
+    write_cells(root, write_run, DRIFT, "minibatch")
+    # fixed_update mode: stale cells only, its 1x control is the minibatch suite's
+    write_cells(root, write_run, {("ppo", 4): DRIFT[("ppo", 4)]}, "fixed_update")
+    return root, load_runs([root])
+
+
+def test_pearson_sign_agreement_and_wilson_by_hand():
+    # x = 1, 2, 3; y = 1, 3, 2: deviations (-1, 0, 1), (-1, 1, 0): r = 1 / sqrt(2 * 2)
+    assert pearson([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert math.isnan(pearson([1, 2], [1, 2])) and math.isnan(pearson([1, 1, 1], [1, 2, 3]))
+    # zeros on either side have no sign: 3 counted, of which 2 agree
+    assert sign_agreement(pd.Series([1.0, -2.0, 0.0, 3.0, 1.0]),
+                          pd.Series([2.0, -1.0, 5.0, 0.0, -1.0])) == (2, 3)
+    # Wilson 95% for 7 of 10 and 0 of 10 (published values: 0.3968-0.8922, 0-0.2775)
+    share, low, high = wilson(7, 10)
+    assert (share, round(low, 4), round(high, 4)) == (0.7, 0.3968, 0.8922)
+    assert wilson(0, 10)[1] == 0.0 and round(wilson(0, 10)[2], 4) == 0.2775
+    assert all(math.isnan(v) for v in wilson(0, 0))
+
+
+def _wilson_roots(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson bounds solved independently: the p where (k/n - p)^2 = z^2 p (1-p) / n."""
+    ph = k / n
+    # (1 + z^2/n) p^2 - (2 ph + z^2/n) p + ph^2 = 0
+    roots = np.roots([1 + z * z / n, -(2 * ph + z * z / n), ph * ph])
+    return float(min(roots)), float(max(roots))
+
+
+def test_the_suites_are_told_apart_by_reward_and_mode(coin_flip_runs):
+    _, runs = coin_flip_runs
+    assert len(random_suites(runs)) == 2
+    assert {r.cfg("task.reward") for r in runs.runs} == {"random"}
+
+
+def test_drift_correlation_and_agreement_match_the_chosen_numbers(coin_flip_runs):
+    _, runs = coin_flip_runs
+    mini = runs.subset(lambda r: r.cfg("train.staleness_mode") == "minibatch")
+    drift = entropy_drift(mini, LAST_K).set_index(["method", "staleness", "seed"])["drift"]
+    for (method, k), values in DRIFT.items():
+        for seed, value in enumerate(values):
+            assert drift[(method, k, seed)] == pytest.approx(value)
+    law = law_by_cell(update_pairs(mini)).set_index(["method", "staleness"])
+    ppo = law.loc[("ppo", 4)]
+    assert (ppo["updates"], ppo["seeds"], ppo["agree"], ppo["counted"]) == (48, 3, 36, 48)
+    assert (ppo["agree_low"], ppo["agree_high"]) == pytest.approx(_wilson_roots(36, 48))
+    # per-seed r by the textbook formula, then mean and t-interval over the three seeds
+    x = predicted(16)
+    per_seed = []
+    for flipped in FLIPPED[("ppo", 4)]:
+        y = measured(16, flipped)
+        dx, dy = x - x.mean(), y - y.mean()
+        per_seed.append((dx * dy).sum() / math.sqrt((dx * dx).sum() * (dy * dy).sum()))
+    half = T2 * np.std(per_seed, ddof=1) / math.sqrt(3)
+    assert ppo["r_mean"] == pytest.approx(np.mean(per_seed))
+    assert (ppo["r_low"], ppo["r_high"]) == pytest.approx((np.mean(per_seed) - half,
+                                                          np.mean(per_seed) + half))
+    xs = np.tile(x, 3)
+    ys = np.concatenate([measured(16, f) for f in FLIPPED[("ppo", 4)]])
+    dx, dy = xs - xs.mean(), ys - ys.mean()
+    assert ppo["r_pooled"] == pytest.approx((dx * dy).sum() / math.sqrt((dx**2).sum() * (dy**2).sum()))
+    assert law.loc[("clip_0.8_1.5", 4), "agree"] == 0
+    assert law.loc[("ppo", 1), ["agree", "counted"]].tolist() == [6, 12]
+
+
+def _verdicts(claims: pd.DataFrame) -> dict[str, str]:
+    return dict(zip(claims["claim"], claims["verdict"], strict=True))
+
+
+def test_claim_verdicts_follow_the_intervals(coin_flip_runs):
+    _, runs = coin_flip_runs
+    (suite,) = {r.suite for r in runs.runs if r.cfg("train.staleness_mode") == "minibatch"}
+    claims = suite_claims(runs, suite, LAST_K)
+    v = _verdicts(claims)
+    mode = "minibatch mode"
+    # control drifts -0.01, 0, 0.01: the interval holds 0
+    assert v["Entropy falls under random rewards without clipping (ppo at 1x, the control; "
+             "minibatch mode)"] == "not settled"
+    # ppo: -0.21 ± 4.303 * 0.01 / sqrt(3) = ± 0.0248, wholly below 0
+    row = claims[claims["claim"].str.startswith("Symmetric clipping [0.8, 1.2] lowers")].iloc[0]
+    assert row["verdict"] == "held" and row["value"] == pytest.approx(-0.21)
+    assert row["measured"] == "-0.210 ± 0.025 (n=3)"
+    assert v[f"Entropy falls under random rewards (clip_0.8_1.5, [0.8, 1.5], at 4x, {mode})"] == "not held"
+    assert v[f"Entropy falls under random rewards (clip_0.5_1.2, [0.5, 1.2], at 4x, {mode})"] == "held"
+    # 1x [-0.025, 0.025] wholly above ppo 4x [-0.235, -0.185]
+    assert v[f"Clipping lowers entropy below the unclipped control under random rewards "
+             f"(ppo at 4x vs 1x, {mode})"] == "held"
+    # clip_0.8_1.5 [0.035, 0.085] above ppo: held; clip_0.5_1.2 -0.2 ± 0.124 overlaps ppo
+    assert v[f"Raising c_high raises entropy under random rewards (clip_0.8_1.5 vs ppo at 4x, "
+             f"{mode}; Fig. 7)"] == "held"
+    low_row = claims[claims["claim"].str.startswith("Lowering c_low")].iloc[0]
+    assert low_row["verdict"] == "not settled"
+    assert low_row["value"] == pytest.approx(-0.21 - (-0.20))  # ppo minus clip_0.5_1.2
+    sign = {c: x for c, x in v.items() if c.startswith("The covariance predicts")}
+    assert sign == {
+        f"The covariance predicts the sign of the per-update entropy change better than "
+        f"chance ({m} at {k}x, {mode}; Eq. 6)": verdict
+        for (m, k), verdict in {("ppo", 1): "not settled", ("ppo", 4): "held",
+                                ("clip_0.8_1.5", 4): "not held",
+                                ("clip_0.5_1.2", 4): "not settled"}.items()
+    }
+
+
+def test_a_suite_without_its_own_control_borrows_the_1x_runs_of_another_mode(coin_flip_runs):
+    _, runs = coin_flip_runs
+    (suite,) = {r.suite for r in runs.runs if r.cfg("train.staleness_mode") == "fixed_update"}
+    claims = suite_claims(runs, suite, LAST_K)
+    row = claims[claims["claim"].str.startswith("Clipping lowers entropy below")].iloc[0]
+    assert row["verdict"] == "held" and "minibatch-mode runs" in row["note"]
+    assert not claims["claim"].str.contains("the control").any()  # counted once, in its suite
+    assert len(claims) == 3  # ppo drift, its comparison with the control, its sign row
+
+
+def test_figure_and_report_from_coin_flip_runs(coin_flip_runs, opts, tmp_path):
+    root, runs = coin_flip_runs
+    mini = runs.subset(lambda r: r.cfg("train.staleness_mode") == "minibatch")
+    res = fig_entropy_law(mini, opts)
+    assert res.paths[0].stat().st_size > 0
+    assert len(res.data) == 3 * (1 * STEPS + 3 * 4 * STEPS)  # every update of 3 seeds
+    assert res.data["predicted"].tolist()[:3] == pytest.approx(predicted(4)[:3])
+    out = tmp_path / "out"
+    assert make_figures.main(["--runs", str(root), "--out", str(out), "--formats", "png",
+                              "--last-k", str(LAST_K)]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert "## Random-reward experiment" in text
+    assert "| fixed_update | ppo | [0.8, 1.2] | 4x | -0.2100 ± 0.0248 (n=3) |" in text
+    claims = pd.read_csv(out / "claims.csv")
+    assert not claims["claim"].str.contains("bapo beats").any()  # no learning claims
+    assert (out / "fig_entropy_law.png").exists()
+
+
+def test_runs_without_entropy_change_skip_the_figure_and_the_section(runset, opts, tmp_path,
+                                                                     sweep):
+    with pytest.raises(SkipFigure, match="entropy_change"):
+        fig_entropy_law(runset, opts)
+    assert random_suites(runset) == []
+    out = tmp_path / "out"
+    make_figures.main(["--runs", str(sweep[0]), "--out", str(out), "--formats", "png",
+                       "--only", "fig_entropy_law"])
+    text = (out / "REPORT.md").read_text()
+    assert "Random-reward" not in text and "- skipped `fig_entropy_law`" in text
+
+
+def test_coin_flip_runs_without_entropy_change_get_no_data_sign_rows(tmp_path, write_run):
+    for seed in (0, 1):
+        write_run(tmp_path, "ppo", 4, seed, experiment="rr", steps=STEPS,
+                  extra_config={"task.reward": "random"})
+    runs = load_runs([tmp_path])
+    (suite,) = random_suites(runs)
+    claims = suite_claims(runs, suite, LAST_K).set_index("claim")
+    sign = claims[claims.index.str.startswith("The covariance predicts")]
+    assert sign["verdict"].tolist() == ["no data"] and "entropy_change" in sign["note"].iat[0]
+    assert claims["verdict"].iat[0] != "no data"  # its drift row still has numbers
