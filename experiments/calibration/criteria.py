@@ -5,7 +5,8 @@
 (a) on-policy ppo gains >= +0.15 held-out sampled accuracy over the run, the 95% interval
     of the gain above 0, on >= 256 eval problems;
 (b) at staleness >= 4x, ppo differs from 1x by more than the seed intervals (the two 95%
-    intervals do not overlap) in final sampled accuracy or in entropy drop, with a clip
+    intervals do not overlap) in final sampled accuracy or in entropy drop (REPORT.md's: the
+    first step's entropy minus the mean of the last 5 steps'), with a clip
     fraction >= 1% (mean over the stale updates 1..k-1);
 (c) among bapo's stale updates, "moved, reached" is >= 20%.
 
@@ -37,8 +38,16 @@ def seeds(runs: Path, experiment: str, method: str) -> list[Path]:
     return [p.parent for p in status if json.loads(p.read_text()).get("status") == "finished"]
 
 
+def entropy_drop(run_dir: Path, last_k: int = 5) -> float:
+    """REPORT.md's definition (analysis/summary.py): the first step's entropy minus the mean
+    of the last k steps'."""
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    h = pd.DataFrame([r for r in rows if r.get("kind") == "step"]).sort_values("step")["entropy_mean"]
+    return float(h.iloc[0] - h.tail(last_k).mean())
+
+
 def summaries(dirs: list[Path]) -> pd.DataFrame:
-    return pd.DataFrame([run_summary(d) for d in dirs])
+    return pd.DataFrame([{**run_summary(d), "H_drop": entropy_drop(d)} for d in dirs])
 
 
 def ci(values: pd.Series) -> tuple[float, float, float, int]:
