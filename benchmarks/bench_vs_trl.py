@@ -7,7 +7,7 @@
 The same work for every engine: the cached tiny warm start of the default config, the same
 training prompts in the same order, `--prompts` x `--group-size` responses of at most
 `--max-new-tokens` tokens per rollout, staleness `--staleness` (one optimizer update per
-mini-batch), lr 5e-5 constant, fp32, `--threads` threads, no eval. Engines:
+mini-batch), AdamW at lr 5e-5 constant, fp32, `--threads` threads, no eval. Engines:
 
 - `project`: `src.trainer.Trainer.train_step`, built as `python -m src.run` builds it (its
   run dir with token rows goes to a scratch dir);
@@ -60,7 +60,10 @@ def _project_config(a):
     overrides = [f"method={a.method}", f"train.staleness={a.staleness}",
                  f"train.prompts_per_step={a.prompts}", f"train.group_size={a.group_size}",
                  f"rollout.max_new_tokens={a.max_new_tokens}", f"train.threads={a.threads}",
-                 f"train.lr={LR}", "logger.progress=false", f"cache_dir={a.cache_dir}"]
+                 # AdamW, as TRL's trainer uses: the CPU default is SGD, which would race
+                 # a cheaper optimizer step against TRL's
+                 "train.optimizer=adamw", f"train.lr={LR}", "logger.progress=false",
+                 f"cache_dir={a.cache_dir}"]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return validate(compose(config_name="config", overrides=overrides))
 

@@ -59,7 +59,8 @@ SIZES: dict[str, dict] = {
         "model.sft.steps=1500", "model.sft.batch_size=64", "model.sft.lr=5e-4",
         "model.sft.warmup_steps=100", "model.sft.pack_len=256", "model.sft.eval_problems=256",
         "model.sft.max_new_tokens=128", "rollout.max_new_tokens=128",
-        "train.prompts_per_step=64", "train.group_size=8", "train.lr=1e-5", "train.threads=8",
+        "train.prompts_per_step=64", "train.group_size=8", "train.optimizer=adamw", "train.lr=1e-5",
+        "train.threads=8",
         "task.eval_problems=128"]},
     # The same script at tiny sizes: the CPU dry run (a few minutes on 2 cores).
     # One-digit 2-term sums (the tests' tiny warm start, ~35% accuracy), so groups mix.
@@ -71,6 +72,7 @@ SIZES: dict[str, dict] = {
         "model.sft.pack_len=0", "model.sft.eval_problems=32", "model.sft.eval_samples=1",
         "model.sft.max_new_tokens=32", "rollout.max_new_tokens=32",
         "train.prompts_per_step=8", "train.group_size=4", "train.threads=1",
+        "train.optimizer=adamw", "train.lr=5e-5",  # the GPU profile's optimizer
         "task.eval_problems=16"]},
     # Seconds: what the test runs.
     "smoke": {"steps": 2, "budget_s": None, "overrides": [
@@ -80,6 +82,7 @@ SIZES: dict[str, dict] = {
         "model.sft.batch_size=8", "model.sft.eval_problems=4", "model.sft.eval_samples=1",
         "model.sft.max_new_tokens=16", "model.sft.pack_len=0", "rollout.max_new_tokens=16",
         "train.prompts_per_step=4", "train.group_size=2", "train.threads=1",
+        "train.optimizer=adamw", "train.lr=5e-5",
         "task.eval_problems=4"]},
 }
 
