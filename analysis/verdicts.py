@@ -42,18 +42,23 @@ def no_interval(c: Claim, *lows: float) -> bool:
 
 def threshold(c: Claim, values: pd.Series, above: float) -> Claim:
     """Held when the whole 95% interval lies above `above`, not held when below it."""
+    return _one_side(c, values, above, want_above=True)
+
+
+def _one_side(c: Claim, values: pd.Series, limit: float, want_above: bool) -> Claim:
     m, low, high, n, text = ci(values)
     if not n:
         return c
     c.measured, c.value = text, m
     if no_interval(c, low):
         return c
-    if low > above:
+    if (low > limit) if want_above else (high < limit):
         c.verdict = "held"
-    elif high < above:
+    elif (high < limit) if want_above else (low > limit):
         c.verdict = "not held"
     else:
-        c.verdict, c.note = "not settled", "95% interval includes the threshold"
+        c.verdict = "not settled"
+        c.note = "95% interval includes the threshold" if want_above else f"95% interval includes {limit:g}"
     return c
 
 
@@ -98,19 +103,7 @@ def greater(c: Claim, a: pd.Series, b: pd.Series, names: tuple[str, str]) -> Cla
 
 def below(c: Claim, values: pd.Series, limit: float) -> Claim:
     """Held when the whole 95% interval lies below `limit`, not held when above it."""
-    m, low, high, n, text = ci(values)
-    if not n:
-        return c
-    c.measured, c.value = text, m
-    if no_interval(c, low):
-        return c
-    if high < limit:
-        c.verdict = "held"
-    elif low > limit:
-        c.verdict = "not held"
-    else:
-        c.verdict, c.note = "not settled", f"95% interval includes {limit:g}"
-    return c
+    return _one_side(c, values, limit, want_above=False)
 
 
 def share_above(c: Claim, k: int, n: int, limit: float) -> Claim:
