@@ -51,7 +51,9 @@ def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
     require(not long.empty, "no sampled_accuracy/greedy_accuracy in eval records")
     long["staleness_x"] = long["staleness"].map(stx)
     order = [stx(k) for k in sorted(long["staleness"].unique())]
-    fig, axes = plt.subplots(1, 2, figsize=(4.5 + 1.3 * len(order), 3.6), sharey=True)
+    # taller with many methods, so the legend (one row per method) fits beside the panels
+    height = max(3.6, 1.4 + 0.3 * long["method"].nunique())
+    fig, axes = plt.subplots(1, 2, figsize=(4.5 + 1.3 * len(order), height), sharey=True)
     for ax, (metric, label) in zip(axes, EVAL_METRICS.items(), strict=True):
         # Accuracy lives in [0, 1]; with 2-3 seeds a t-interval can reach far past it.
         bar_panel(ax, long[long["metric"] == metric], "staleness_x", "value", order, runs,
