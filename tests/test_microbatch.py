@@ -12,7 +12,6 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from src.algorithms import METHODS as REGISTERED
 from src.algorithms import update_metrics
@@ -29,34 +28,11 @@ from src.policy import response_logprobs, sampled_logprobs
 from src.rollout import Rollout
 from src.trainer import MiniBatch, Trainer
 from tests.conftest import compose
+from tests.tiny_policy import B, tiny_model, tiny_rollout
 
 METHODS = sorted(REGISTERED)  # every registered method
-B, P, T, VOCAB = 8, 6, 10, 61
 # Per-response advantages: mostly negative, one zero, so BAPO has to move its bounds.
 ADVANTAGES = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
-
-
-def _tiny_model(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                      max_position_embeddings=64, tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg).float()
-
-
-def _rollout(seed: int = 1) -> Rollout:
-    gen = torch.Generator().manual_seed(seed)
-    prompt_lengths = [6, 3, 5, 2, 6, 4, 1, 5]
-    response_lengths = [10, 4, 7, 1, 9, 3, 6, 8]
-    prompt_mask = torch.tensor([[j >= P - n for j in range(P)] for n in prompt_lengths])
-    response_mask = torch.tensor([[j < n for j in range(T)] for n in response_lengths])
-    return Rollout(
-        prompt_ids=torch.randint(1, VOCAB, (B, P), generator=gen) * prompt_mask,
-        prompt_mask=prompt_mask,
-        response_ids=torch.randint(1, VOCAB, (B, T), generator=gen) * response_mask,
-        response_mask=response_mask,
-        sampler_logp=torch.zeros(B, T), texts=[""] * B,
-        group_ids=torch.arange(B) // 4)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -72,13 +48,13 @@ def one_thread():
 def setup():
     """A model, a mini-batch of 8 responses, and behaviour log-probs from perturbed weights
     (so ratios spread over roughly [0.5, 2] and every clip state occurs)."""
-    model = _tiny_model()
+    model = tiny_model()
     behaviour = copy.deepcopy(model)
     gen = torch.Generator().manual_seed(2)
     with torch.no_grad():
         for p in behaviour.parameters():
             p.add_(0.08 * torch.randn(p.shape, generator=gen))
-    data = _rollout()
+    data = tiny_rollout()
     with torch.no_grad():
         logp_b, ent_b = response_logprobs(behaviour, data)
     return model, data, logp_b, ent_b

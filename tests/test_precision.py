@@ -18,43 +18,19 @@ import json
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from src.algorithms import METHODS as REGISTERED
 from src.algorithms import policy_loss
 from src.config import ConfigError
 from src.models.precision import autocast, autocast_forward
 from src.policy import response_logprobs, sampled_logprobs
-from src.rollout import Rollout
 from src.run import execute
 from src.trainer import MiniBatch, Trainer
 from tests.conftest import compose
+from tests.tiny_policy import B, T, tiny_model, tiny_rollout
 
 METHODS = sorted(REGISTERED)  # every registered method, so a new one is covered too
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-VOCAB, B, P, T = 61, 8, 6, 10
-
-
-def _model(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                      max_position_embeddings=64, tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg).float()
-
-
-def _rollout(seed: int = 1) -> Rollout:
-    gen = torch.Generator().manual_seed(seed)
-    prompt_lengths = [6, 3, 5, 2, 6, 4, 1, 5]
-    response_lengths = [10, 4, 7, 1, 9, 3, 6, 8]
-    prompt_mask = torch.tensor([[j >= P - n for j in range(P)] for n in prompt_lengths])
-    response_mask = torch.tensor([[j < n for j in range(T)] for n in response_lengths])
-    return Rollout(
-        prompt_ids=torch.randint(1, VOCAB, (B, P), generator=gen) * prompt_mask,
-        prompt_mask=prompt_mask,
-        response_ids=torch.randint(1, VOCAB, (B, T), generator=gen) * response_mask,
-        response_mask=response_mask, sampler_logp=torch.zeros(B, T), texts=[""] * B,
-        group_ids=torch.arange(B) // 4)
 
 
 def _loss_inputs(device, seed: int = 0):
@@ -66,7 +42,7 @@ def _loss_inputs(device, seed: int = 0):
     adv = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
     entropy = torch.rand(B, T, generator=gen) * 2
     return (logp.to(device).requires_grad_(True), logp_b.to(device), adv.to(device),
-            _rollout().response_mask.to(device), entropy.to(device))
+            tiny_rollout().response_mask.to(device), entropy.to(device))
 
 
 # --- log-probs of low-precision logits are fp32 --------------------------------------
@@ -100,12 +76,12 @@ def test_logprobs_of_half_precision_logits_are_fp32(dtype, chunk_elements):
 
 
 def test_autocast_forward_runs_bf16_matmuls_with_fp32_weights_and_grads():
-    model = _model()
+    model = tiny_model()
     plain = copy.deepcopy(model)
     assert autocast_forward(model, "bfloat16") is model
     seen = []
     model.lm_head.register_forward_hook(lambda mod, args, out: seen.append(out.dtype))
-    data = _rollout()
+    data = tiny_rollout()
     logp, entropy = response_logprobs(model, data)
     assert seen == [torch.bfloat16]
     assert logp.dtype == torch.float32 and entropy.dtype == torch.float32
@@ -120,7 +96,7 @@ def test_autocast_forward_runs_bf16_matmuls_with_fp32_weights_and_grads():
 
 
 def test_autocast_forward_is_idempotent_keeps_the_signature_and_survives_deepcopy():
-    model = _model()
+    model = tiny_model()
     assert autocast_forward(model, None) is model and "forward" not in vars(model)
     autocast_forward(model, "bfloat16")
     wrapped = model.forward
@@ -152,11 +128,11 @@ def test_bad_autocast_value_is_a_config_error():
 
 
 def test_update_zero_is_on_policy_under_autocast_and_the_step_moves_the_policy():
-    model = autocast_forward(_model(), "bfloat16")
+    model = autocast_forward(tiny_model(), "bfloat16")
     trainer = Trainer(compose(["method=ppo", "train.prompts_per_step=2", "train.group_size=4",
                                "rollout.max_new_tokens=12"]), model, None, None, None, None,
                       None, None, None)
-    data = _rollout()
+    data = tiny_rollout()
     with torch.no_grad():
         logp_b, ent_b = trainer._score(data)
     adv = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
@@ -277,12 +253,12 @@ def test_objectives_on_cuda(method):
 def test_trainer_backward_on_cuda_matches_cpu(method, micro):
     grads = {}
     for device in ("cpu", "cuda"):
-        model = _model().to(device)
+        model = tiny_model().to(device)
         cfg = compose([f"method={method}", "train.prompts_per_step=2", "train.group_size=4",
                        "rollout.max_new_tokens=12"])
         cfg.train.micro_batch_size = micro
         trainer = Trainer(cfg, model, None, None, None, None, None, None, None)
-        data = _rollout()
+        data = tiny_rollout()
         with torch.no_grad():
             logp_b, ent_b = trainer._score(data)
         logp_b = logp_b - 0.3 * torch.rand(logp_b.shape, generator=torch.Generator().manual_seed(0)).to(device)

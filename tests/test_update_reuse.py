@@ -6,13 +6,14 @@ import torch
 
 from src.policy import response_logprobs
 from src.trainer import MiniBatch, Trainer
-from tests.test_microbatch import ADVANTAGES, B, _config, _rollout, _tiny_model
+from tests.test_microbatch import ADVANTAGES, _config
+from tests.tiny_policy import B, tiny_model, tiny_rollout
 
 
 def test_update_zero_uses_the_behaviour_pass_and_gets_its_gradient():
     """Update 0 backpropagates through the kept behaviour forward: the same gradient, bit for
     bit, as a fresh forward with the same weights, and one forward fewer."""
-    model, data = _tiny_model(), _rollout()
+    model, data = tiny_model(), tiny_rollout()
     trainer = Trainer(_config("ppo", "token-mean", None), model, None, None, None, None, None,
                       None, None)
     logp, entropy = response_logprobs(model, data)
@@ -31,7 +32,7 @@ def test_update_zero_uses_the_behaviour_pass_and_gets_its_gradient():
 def test_minibatches_run_one_forward_each_and_keep_only_the_first_graph(monkeypatch):
     import src.trainer as trainer_module
 
-    model, data = _tiny_model(), _rollout()
+    model, data = tiny_model(), tiny_rollout()
     cfg = _config("ppo", "token-mean", None)
     cfg.train.staleness = 2
     trainer = Trainer(cfg, model, None, None, None, None, None, None, None)
