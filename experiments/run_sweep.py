@@ -7,8 +7,9 @@ order, one multirun each, for a sweep that is no single product (a 1x control be
 4x grid). Runs go to runs/<experiment>/<method>/seed<N>/ (extra overrides that change the
 numbers add a dir level naming them); finished ones are skipped, unfinished ones resume, in
 both cases only if made with the same config. Every job of every part is checked before the
-first starts. Runs execute one after another in one process per part: on 2 cores one
-process with 2 threads beats two with 1, and the imports are paid once.
+first starts. Runs execute one after another in one process per part: the imports are paid
+once, and on 2 cores two 1-thread processes side by side gave only about 1.2x the throughput
+of one 2-thread process (README, Benchmarks), with different (1-thread) numbers.
 """
 
 from __future__ import annotations
