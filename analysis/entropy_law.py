@@ -9,7 +9,10 @@ which SGD momentum and gradient clipping make no exact eta), and only its sign a
 correlation with the measured change are tested, never its scale.
 
 Also the entropy drift of a run (the random-reward experiment's headline number): mean
-`entropy_mean` of its last k steps minus that of its first k.
+`entropy_mean` of its last k steps minus that of its first k; and the summed update change
+of a run, the sum of its updates' measured `entropy_change`: what the updates did to the
+entropy of their own tokens, free of the sampling noise of fresh rollouts that the drift
+carries.
 """
 
 from __future__ import annotations
@@ -43,6 +46,17 @@ def update_pairs(runs: RunSet) -> pd.DataFrame:
            MEASURED: pd.to_numeric(u[MEASURED], errors="coerce")})
     out = out[np.isfinite(out[PREDICTED]) & np.isfinite(out[MEASURED])]
     return out[cols].reset_index(drop=True)
+
+
+def summed_change(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per run: RUN_COLS and `summed_change`, the sum of its updates' measured entropy change
+    (nats/token; each update's own mini-batch, after its step minus before)."""
+    if pairs.empty:
+        return pd.DataFrame(columns=[*RUN_COLS, "summed_change"])
+    return (pairs.groupby("run_id", observed=True, sort=True)
+            .agg(**{c: (c, "first") for c in RUN_COLS if c != "run_id"},
+                 summed_change=(MEASURED, "sum"))
+            .reset_index())
 
 
 def pearson(x: pd.Series | np.ndarray, y: pd.Series | np.ndarray) -> float:

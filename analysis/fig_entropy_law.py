@@ -35,8 +35,9 @@ def panel_title(runs: RunSet, method: str, k: int) -> str:
 
 
 def panel_text(row: pd.Series) -> str:
-    r_seeds = fmt_ci(row["r_mean"], row["r_low"], row["r_high"], int(row["r_seeds"]), 2)
-    r_seeds = r_seeds.replace(f"(n={int(row['r_seeds'])})", f"({int(row['r_seeds'])} seeds)")
+    n = int(row["r_seeds"])
+    r_seeds = fmt_ci(row["r_mean"], row["r_low"], row["r_high"], n, 2)
+    r_seeds = r_seeds.replace(f"(n={n})", f"({n} seed{'s' if n != 1 else ''})")
     agree = (f"{row['agree_share']:.2f} [{row['agree_low']:.2f}, {row['agree_high']:.2f}] "
              f"({int(row['agree'])}/{int(row['counted'])})") if row["counted"] else "—"
     return (f"r pooled = {row['r_pooled']:.2f} ({int(row['updates'])} updates)\n"

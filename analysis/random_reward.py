@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis import style
 from analysis.cells import COMPARED, experiment_order, numeric_config
-from analysis.entropy_law import entropy_drift, law_by_cell, update_pairs
+from analysis.entropy_law import entropy_drift, law_by_cell, summed_change, update_pairs
 from analysis.loader import Run, RunSet
 from analysis.stats import fmt_ci, mean_ci
 from analysis.verdicts import Claim, below, greater, share_above
@@ -176,7 +176,9 @@ def cell_table(runs: RunSet, summary: pd.DataFrame, last_k: int) -> pd.DataFrame
     for suite in suites:
         part = runs.subset(lambda r, s=suite: r.suite == s)
         drift = entropy_drift(part, last_k)
-        law = law_by_cell(update_pairs(part)).set_index(["method", "staleness"])
+        pairs = update_pairs(part)
+        summed = summed_change(pairs)
+        law = law_by_cell(pairs).set_index(["method", "staleness"])
         clip = summary[summary["suite"] == suite]
         for method, k in _cells(part.runs):
             cell = [r for r in part.runs if r.method == method and r.staleness == k]
@@ -186,6 +188,9 @@ def cell_table(runs: RunSet, summary: pd.DataFrame, last_k: int) -> pd.DataFrame
                    "bounds": _bounds(cell), "staleness": style.staleness_label(k),
                    "entropy drift (nats/token)": fmt_ci(*mean_ci(d), 4),
                    "clip frac": fmt_ci(*mean_ci(c), 4)}
+            u = summed[(summed["method"] == method) & (summed["staleness"] == k)]
+            if not u.empty:
+                row["summed update change (nats/token)"] = fmt_ci(*mean_ci(u["summed_change"]), 4)
             if (method, k) in law.index:
                 x = law.loc[(method, k)]
                 row.update({
@@ -209,7 +214,11 @@ def intro(last_k: int) -> str:
         "claims) test the paper's entropy account in place of its learning claims. "
         f"entropy drift: mean `entropy_mean` (behaviour policy) of the last {last_k} steps "
         f"minus the first {last_k}, per run; mean ± 95% Student-t half-width over seeds (n). "
-        "clip frac: share of tokens whose gradient was clipped, mean over steps. r: Pearson "
+        "clip frac: share of tokens whose gradient was clipped, mean over steps. summed "
+        "update change: per run, the sum over its updates of the measured `entropy_change` "
+        "(what the updates did to the entropy of their own tokens, without the sampling noise "
+        "of fresh rollouts that the drift carries; a descriptive column, no claim row tests "
+        "it); mean ± 95% Student-t half-width over seeds. r: Pearson "
         "correlation over updates of the Eq. 6 prediction −`entropy_clip_cov` with the measured "
         "`entropy_change` (the update's own mini-batch, after its optimizer step minus before); "
         "per seed: mean ± 95% Student-t half-width over the seeds' r; pooled: all the cell's "

@@ -14,11 +14,12 @@ import pandas as pd
 import pytest
 
 from analysis import make_figures
-from analysis.entropy_law import entropy_drift, law_by_cell, pearson, sign_agreement, update_pairs
+from analysis.entropy_law import (entropy_drift, law_by_cell, pearson, sign_agreement,
+                                  summed_change, update_pairs)
 from analysis.fig_entropy_law import fig_entropy_law
 from analysis.loader import load_runs
 from analysis.plotting import SkipFigure
-from analysis.random_reward import random_suites, suite_claims
+from analysis.random_reward import cell_table, random_suites, suite_claims
 from analysis.stats import wilson
 
 T2 = 4.303  # t(0.975, df=2): three seeds
@@ -142,6 +143,24 @@ def test_drift_correlation_and_agreement_match_the_chosen_numbers(coin_flip_runs
     assert ppo["r_pooled"] == pytest.approx((dx * dy).sum() / math.sqrt((dx**2).sum() * (dy**2).sum()))
     assert law.loc[("clip_0.8_1.5", 4), "agree"] == 0
     assert law.loc[("ppo", 1), ["agree", "counted"]].tolist() == [6, 12]
+
+
+def test_summed_update_change_adds_each_runs_measured_changes(coin_flip_runs):
+    _, runs = coin_flip_runs
+    mini = runs.subset(lambda r: r.cfg("train.staleness_mode") == "minibatch")
+    summed = summed_change(update_pairs(mini)).set_index(["method", "staleness", "seed"])
+    # ppo 4x: predictions i - 7.5 (i = 0..15) sum to 0, so the sum is -2e-3 times the sum
+    # of the flipped ones: 4 flipped -2e-3 * (-7.5 - 6.5 - 5.5 - 4.5) = 0.048; 2 -> 0.028;
+    # 6 -> 0.060
+    for seed, value in enumerate([0.048, 0.028, 0.060]):
+        assert summed.loc[("ppo", 4, seed), "summed_change"] == pytest.approx(value)
+    # ppo 1x: 4 updates, predictions -1.5, -0.5, 0.5, 1.5, the first 2 flipped: 2e-3 * 2 = 0.004
+    assert summed.loc[("ppo", 1, 0), "summed_change"] == pytest.approx(0.004)
+    table = cell_table(mini, pd.DataFrame({"suite": [], "method": [], "staleness": [],
+                                           "clip_frac": []}), LAST_K)
+    row = table[(table["method"] == "ppo") & (table["staleness"] == "4x")].iloc[0]
+    half = T2 * np.std([0.048, 0.028, 0.060], ddof=1) / math.sqrt(3)
+    assert row["summed update change (nats/token)"] == f"{np.mean([0.048, 0.028, 0.060]):.4f} ± {half:.4f} (n=3)"
 
 
 def _verdicts(claims: pd.DataFrame) -> dict[str, str]:
