@@ -116,18 +116,30 @@ class Grouping:
 
     @staticmethod
     def _suite_labels(by_suite: dict[str, list[Any]], numeric: dict[int, dict]) -> dict[str, str]:
-        """The suite's experiments; where two suites share them, the keys that differ."""
+        """The suite's experiments; where two suites share them, the keys that differ; and for
+        any other suite the keys where it differs from the largest one (the main grid), so
+        that e.g. a random-reward suite says so in its name."""
         names = {k: ", ".join(experiment_order({(r.experiment, r.staleness) for r in runs}))
                  for k, runs in by_suite.items()}
+
+        def rest(suite: str) -> dict[str, Any]:
+            return {k: v for k, v in numeric[id(by_suite[suite][0])].items()
+                    if not _under(k, COMPARED)}
+
         labels = dict(names)
         for name in set(names.values()):
             same = [k for k in by_suite if names[k] == name]
             if len(same) < 2:
                 continue
-            rests = [{k: v for k, v in numeric[id(by_suite[s][0])].items()
-                      if not _under(k, COMPARED)} for s in same]
-            for s, diff in zip(same, _differing(rests), strict=True):
+            for s, diff in zip(same, _differing([rest(s) for s in same]), strict=True):
                 labels[s] = f"{name} [{_shown(diff)}]"
+        largest = max(by_suite, key=lambda k: (len(by_suite[k]), names[k]), default=None)
+        for s in by_suite:
+            if s == largest or labels[s] != names[s]:
+                continue
+            diff = _differing([rest(largest), rest(s)])[1]
+            if diff:
+                labels[s] = f"{names[s]} [{_shown(diff)}]"
         return labels
 
     @staticmethod
@@ -164,5 +176,6 @@ class Grouping:
 
 def _slug(label: str, key: str) -> str:
     """A dir name for a suite's figures: readable start, a hash for uniqueness."""
-    readable = re.sub(r"[^A-Za-z0-9._=-]+", "_", label).strip("_")[:48].rstrip("_")
+    short = re.sub(r"[A-Za-z0-9_]+\.(?=[A-Za-z0-9_.]+=)", "", label)  # task.reward= -> reward=
+    readable = re.sub(r"[^A-Za-z0-9._=-]+", "_", short).strip("_")[:80].rstrip("_")
     return f"{readable}-{_digest(key, 6)}"

@@ -36,6 +36,20 @@ def test_smoke_runs_are_never_seeds_of_the_2x_cell(tmp_path, write_run):
     ]
 
 
+def test_a_suite_is_named_by_how_it_differs_from_the_largest_one(tmp_path, write_run):
+    root = tmp_path / "runs"
+    for seed in (0, 1, 2):  # the largest suite: 6 runs at the default config
+        write_run(root, "ppo", 1, seed, experiment="staleness")
+        write_run(root, "ppo", 2, seed, experiment="staleness")
+    for seed in (0, 1):  # a smaller one of other experiments that changes one key
+        write_run(root, "ppo", 4, seed, experiment="coin", extra_config={"task.reward": "random"},
+                  tag="random")
+    runs = load_runs([root])
+    main, other = runs.suites
+    assert "[" not in main  # the largest suite keeps its plain name
+    assert other == "coin [task.reward=random]"
+
+
 def test_two_experiments_of_one_staleness_in_one_suite_are_named_apart(tmp_path, write_run):
     root = tmp_path / "runs"
     write_run(root, "ppo", 2, 0, experiment="a")
