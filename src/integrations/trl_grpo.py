@@ -184,6 +184,7 @@ class ProjectGRPOTrainer(GRPOTrainer):
         self._micro: list[dict] = []
         self._update_time = 0.0
         self._gen_time = 0.0
+        self._train_step_t0: float | None = None  # start of the running training_step
         self._last_grad_norm: float | None = None
         if self._run_dir is not None:
             self.add_callback(_RunDirCallback(self))
@@ -313,7 +314,10 @@ class ProjectGRPOTrainer(GRPOTrainer):
         out["repro_reward"] = rewards[ids]
         step = self.state.global_step // self.updates_per_rollout
         self._reset_rollout(step)
-        self._rollout_t0 = t0  # time_step_s covers the rollout too, as in the project's trainer
+        # time_step_s covers the rollout too, as in the project's trainer, and starts with the
+        # training_step that generates: update 0's time counts from there (minus generation),
+        # so a later start would let rollout + updates exceed the step.
+        self._rollout_t0 = t0 if self._train_step_t0 is None else self._train_step_t0
         lengths = self.accelerator.gather(out["completion_mask"].sum(dim=1))
         advantages = self.accelerator.gather(out["advantages"].reshape(b, -1)[:, 0].contiguous())
         gap = self._sampler_gap(out)
@@ -375,7 +379,11 @@ class ProjectGRPOTrainer(GRPOTrainer):
     # -- update / step boundaries ------------------------------------------------------
     def training_step(self, model, inputs, num_items_in_batch):
         t0, self._gen_time = time.perf_counter(), 0.0
-        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._train_step_t0 = t0
+        try:
+            loss = super().training_step(model, inputs, num_items_in_batch)
+        finally:
+            self._train_step_t0 = None
         self._update_time += time.perf_counter() - t0 - self._gen_time
         return loss
 
