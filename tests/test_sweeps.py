@@ -68,19 +68,23 @@ def test_peers_run_at_a_stale_setting():
 
 def test_random_reward_sweep_is_the_issues_cells():
     # 1x ppo (nothing is clipped) as the control; at 4x the clip settings in both staleness
-    # modes; every job with coin-flip rewards and the per-update entropy change logged.
+    # modes at the default 30 steps; again at 100 steps in mini-batch mode with its control
+    # (a fixed-update run at 100 steps would cost ~22 min). Every job with coin-flip rewards
+    # and the per-update entropy change logged.
     keys = ("method", "experiment", "train.staleness_mode", "seed", "task.reward",
-            "logger.entropy_change")
+            "logger.entropy_change", "train.steps")
     seeds = (0, 1, 2)
-    control = {("ppo", "staleness_1x", None, s, "random", True) for s in seeds}
+    clip_settings = ("ppo", "clip_0.8_1.5", "clip_0.5_1.2", "clip_higher", "bapo")
+    control = {("ppo", "staleness_1x", None, s, "random", True, steps)
+               for s in seeds for steps in (None, 100)}
     stale = {
-        (m, "staleness_4x", mode, s, "random", True)
-        for m in ("ppo", "clip_0.8_1.5", "clip_0.5_1.2", "clip_higher", "bapo")
-        for mode in ("minibatch", "fixed_update")
-        for s in seeds
+        (m, "staleness_4x", mode, s, "random", True, None)
+        for m in clip_settings for mode in ("minibatch", "fixed_update") for s in seeds
     }
-    assert cells("random_reward", *keys) == control | stale
-    assert len(run_sweep.sweep_grids("random_reward")) == 2  # one multirun per part
+    stale_long = {(m, "staleness_4x", "minibatch", s, "random", True, 100)
+                  for m in clip_settings for s in seeds}
+    assert cells("random_reward", *keys) == control | stale | stale_long
+    assert len(run_sweep.sweep_grids("random_reward")) == 4  # one multirun per part
 
 
 @pytest.mark.parametrize("name,part,grid", GRIDS, ids=[f"{n}-{i}" for n, i, _ in GRIDS])
@@ -113,12 +117,15 @@ def test_sweep_commands_are_one_multirun_per_part():
         "experiment=staleness_4x",
         "train.steps=2",
     ]
-    control, stale = run_sweep.sweep_commands("random_reward", [])
+    control, stale, control_long, stale_long = run_sweep.sweep_commands("random_reward", [])
     shared = ["task.reward=random", "logger.entropy_change=true"]  # YAML true as Hydra's true
+    methods = "method=ppo,clip_0.8_1.5,clip_0.5_1.2,clip_higher,bapo"
     assert control[4:] == ["seed=0,1,2", "method=ppo", "experiment=staleness_1x", *shared]
-    assert stale[4:] == ["seed=0,1,2", "method=ppo,clip_0.8_1.5,clip_0.5_1.2,clip_higher,bapo",
-                         "experiment=staleness_4x", "train.staleness_mode=minibatch,fixed_update",
-                         *shared]
+    assert stale[4:] == ["seed=0,1,2", methods, "experiment=staleness_4x",
+                         "train.staleness_mode=minibatch,fixed_update", *shared]
+    assert control_long[4:] == [*control[4:], "train.steps=100"]
+    assert stale_long[4:] == ["seed=0,1,2", methods, "experiment=staleness_4x",
+                              "train.staleness_mode=minibatch", *shared, "train.steps=100"]
     with pytest.raises(SystemExit, match="unknown sweep 'nope'"):
         run_sweep.sweep_commands("nope", [])
 
@@ -137,7 +144,7 @@ def test_a_malformed_sweep_entry_is_named(entry):
 def test_every_part_is_checked_before_the_first_runs(capsys):
     # A bad job in the last part stops the sweep with one config-error line before part 1
     # starts (check_all runs nothing: it only composes and checks).
-    control, stale = run_sweep.sweep_commands("random_reward", [])
+    control, stale, *_ = run_sweep.sweep_commands("random_reward", [])
     with pytest.raises(SystemExit) as exit_:
         run_sweep.check_all([control, [*stale, "train.staleness_mode=nope"]])
     assert exit_.value.code == 2
