@@ -49,6 +49,11 @@ def mode(runs: list[Run]) -> str:
     return "/".join(sorted({str(r.cfg(MODE_KEY, "minibatch")) for r in runs}))
 
 
+def steps(runs: list[Run]) -> str:
+    """The runs' `train.steps` (the sweep runs the same cells at 30 and at 100 steps)."""
+    return "/".join(str(n) for n in sorted({int(r.cfg("train.steps")) for r in runs}))
+
+
 def _setting(run: Run) -> str:
     """The run's config apart from what a suite compares and the staleness mode (which
     changes nothing at 1x, where every mode is one update on the whole rollout)."""
@@ -99,7 +104,7 @@ def suite_claims(runs: RunSet, suite: str, last_k: int) -> pd.DataFrame:
     both = runs.subset(lambda r: r.run_id in pool)
     drift = entropy_drift(both, last_k).set_index("run_id")["drift"]
     law = law_by_cell(update_pairs(runs.subset(lambda r: r.suite == suite)))
-    where = f"{mode(own)} mode"
+    where = f"{mode(own)} mode, {steps(own)} steps"
 
     def of(method: str, k: int) -> list[Run]:
         return [r for r in own if r.method == method and r.staleness == k]
@@ -115,8 +120,9 @@ def suite_claims(runs: RunSet, suite: str, last_k: int) -> pd.DataFrame:
     rows = []
     if control and not control_note:  # a borrowed control has its row in its own suite
         rows.append(below(claim(f"Entropy falls under random rewards without clipping (ppo at "
-                                f"1x, the control; {mode(control)} mode)", CONTROL_EXPECTED,
-                                falls, control), drift_of(control), 0.0))
+                                f"1x, the control; {mode(control)} mode, {steps(control)} "
+                                "steps)", CONTROL_EXPECTED, falls, control),
+                          drift_of(control), 0.0))
     for method, k in _cells(own):
         if k == 1:
             continue  # the control, above
@@ -186,6 +192,7 @@ def cell_table(runs: RunSet, summary: pd.DataFrame, last_k: int) -> pd.DataFrame
             c = clip[(clip["method"] == method) & (clip["staleness"] == k)]["clip_frac"]
             row = {"suite": suite, "mode": mode(cell), "method": method,
                    "bounds": _bounds(cell), "staleness": style.staleness_label(k),
+                   "steps": steps(cell),
                    "entropy drift (nats/token)": fmt_ci(*mean_ci(d), 4),
                    "clip frac": fmt_ci(*mean_ci(c), 4)}
             u = summed[(summed["method"] == method) & (summed["staleness"] == k)]
@@ -201,8 +208,8 @@ def cell_table(runs: RunSet, summary: pd.DataFrame, last_k: int) -> pd.DataFrame
                     "updates": str(int(x["updates"]))})
             rows.append(row)
     table = pd.DataFrame(rows)
-    if table.empty or len(suites) <= table["mode"].nunique():
-        table = table.drop(columns=["suite"], errors="ignore")  # the mode tells them apart
+    if table.empty or len(suites) <= len(table[["mode", "steps"]].drop_duplicates()):
+        table = table.drop(columns=["suite"], errors="ignore")  # mode and steps tell them apart
     return table.fillna("—")
 
 
@@ -211,7 +218,8 @@ def intro(last_k: int) -> str:
     return (
         "Rewards are coin flips (`task.reward=random`): nothing can be learned, so what moves "
         "entropy is the clipping rule and staleness. Its suites' claim rows (under Paper "
-        "claims) test the paper's entropy account in place of its learning claims. "
+        "claims) test the paper's entropy account in place of its learning claims. steps: "
+        "rollout steps per run. "
         f"entropy drift: mean `entropy_mean` (behaviour policy) of the last {last_k} steps "
         f"minus the first {last_k}, per run; mean ± 95% Student-t half-width over seeds (n). "
         "clip frac: share of tokens whose gradient was clipped, mean over steps. summed "

@@ -14,8 +14,14 @@ import pandas as pd
 import pytest
 
 from analysis import make_figures
-from analysis.entropy_law import (entropy_drift, law_by_cell, pearson, sign_agreement,
-                                  summed_change, update_pairs)
+from analysis.entropy_law import (
+    entropy_drift,
+    law_by_cell,
+    pearson,
+    sign_agreement,
+    summed_change,
+    update_pairs,
+)
 from analysis.fig_entropy_law import fig_entropy_law
 from analysis.loader import load_runs
 from analysis.plotting import SkipFigure
@@ -172,10 +178,10 @@ def test_claim_verdicts_follow_the_intervals(coin_flip_runs):
     (suite,) = {r.suite for r in runs.runs if r.cfg("train.staleness_mode") == "minibatch"}
     claims = suite_claims(runs, suite, LAST_K)
     v = _verdicts(claims)
-    mode = "minibatch mode"
+    mode = f"minibatch mode, {STEPS} steps"
     # control drifts -0.01, 0, 0.01: the interval holds 0
     assert v["Entropy falls under random rewards without clipping (ppo at 1x, the control; "
-             "minibatch mode)"] == "not settled"
+             f"{mode})"] == "not settled"
     # ppo: -0.21 ± 4.303 * 0.01 / sqrt(3) = ± 0.0248, wholly below 0
     row = claims[claims["claim"].str.startswith("Symmetric clipping [0.8, 1.2] lowers")].iloc[0]
     assert row["verdict"] == "held" and row["value"] == pytest.approx(-0.21)
@@ -211,6 +217,29 @@ def test_a_suite_without_its_own_control_borrows_the_1x_runs_of_another_mode(coi
     assert len(claims) == 3  # ppo drift, its comparison with the control, its sign row
 
 
+def test_suites_that_differ_only_in_steps_are_told_apart_by_the_steps_column(tmp_path, write_run):
+    # the sweep runs the same minibatch cells at two step counts: one suite each, and the
+    # table's steps column (not the long suite name) tells their rows apart
+    for n, drifts in ((STEPS, [-0.01, 0.0, 0.01]), (2 * STEPS, [0.1, 0.2, 0.3])):
+        for seed, drift in enumerate(drifts):
+            run = write_run(tmp_path, "ppo", 4, seed, experiment="rr", steps=n,
+                            extra_config=RANDOM, tag=f"steps{n}")
+            rewrite(run, drift, 0)
+    runs = load_runs([tmp_path])
+    assert len(random_suites(runs)) == 2
+    table = cell_table(runs, pd.DataFrame({"suite": [], "method": [], "staleness": [],
+                                           "clip_frac": []}), LAST_K)
+    assert "suite" not in table.columns
+    by_steps = table.set_index("steps")["entropy drift (nats/token)"]
+    half = T2 * 0.1 / math.sqrt(3)  # sd of 0.1, 0.2, 0.3 is 0.1
+    assert by_steps[str(STEPS)].startswith("0.0000 ± ")
+    assert by_steps[str(2 * STEPS)] == f"0.2000 ± {half:.4f} (n=3)"
+    long = next(s for s in random_suites(runs) if any(
+        r.suite == s and r.cfg("train.steps") == 2 * STEPS for r in runs.runs))
+    claims = suite_claims(runs, long, LAST_K)
+    assert claims["claim"].str.contains(f"minibatch mode, {2 * STEPS} steps").all()
+
+
 def test_figure_and_report_from_coin_flip_runs(coin_flip_runs, opts, tmp_path):
     root, runs = coin_flip_runs
     mini = runs.subset(lambda r: r.cfg("train.staleness_mode") == "minibatch")
@@ -223,7 +252,7 @@ def test_figure_and_report_from_coin_flip_runs(coin_flip_runs, opts, tmp_path):
                               "--last-k", str(LAST_K)]) == 0
     text = (out / "REPORT.md").read_text()
     assert "## Random-reward experiment" in text
-    assert "| fixed_update | ppo | [0.8, 1.2] | 4x | -0.2100 ± 0.0248 (n=3) |" in text
+    assert f"| fixed_update | ppo | [0.8, 1.2] | 4x | {STEPS} | -0.2100 ± 0.0248 (n=3) |" in text
     claims = pd.read_csv(out / "claims.csv")
     assert not claims["claim"].str.contains("bapo beats").any()  # no learning claims
     assert (out / "fig_entropy_law.png").exists()
