@@ -126,21 +126,19 @@ class Grouping:
             return {k: v for k, v in numeric[id(by_suite[suite][0])].items()
                     if not _under(k, COMPARED)}
 
-        labels = dict(names)
+        shown: dict[str, dict[str, Any]] = {k: {} for k in by_suite}
         for name in set(names.values()):
             same = [k for k in by_suite if names[k] == name]
             if len(same) < 2:
                 continue
             for s, diff in zip(same, _differing([rest(s) for s in same]), strict=True):
-                labels[s] = f"{name} [{_shown(diff)}]"
+                shown[s] = diff
         largest = max(by_suite, key=lambda k: (len(by_suite[k]), names[k]), default=None)
         for s in by_suite:
-            if s == largest or labels[s] != names[s]:
-                continue
-            diff = _differing([rest(largest), rest(s)])[1]
-            if diff:
-                labels[s] = f"{names[s]} [{_shown(diff)}]"
-        return labels
+            if s != largest:  # e.g. task.reward=random, even where a sibling shares it
+                shown[s] = {**_differing([rest(largest), rest(s)])[1], **shown[s]}
+        return {s: f"{names[s]} [{_shown(shown[s])}]" if shown[s] else names[s]
+                for s in by_suite}
 
     @staticmethod
     def _method_labels(runs: list[Any], numeric: dict[int, dict]) -> None:

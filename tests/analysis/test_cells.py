@@ -50,6 +50,24 @@ def test_a_suite_is_named_by_how_it_differs_from_the_largest_one(tmp_path, write
     assert other == "coin [task.reward=random]"
 
 
+def test_sibling_suites_are_named_by_their_difference_and_by_the_largest_ones(tmp_path,
+                                                                             write_run):
+    # two coin-flip suites of the same experiments that differ in steps: each name says both
+    # what sets it apart from the main grid (coin flips) and from its sibling (steps)
+    root = tmp_path / "runs"
+    for seed in (0, 1, 2):
+        for k in (1, 2):
+            write_run(root, "ppo", k, seed, experiment="staleness")
+    for seed in (0, 1):
+        for steps in (4, 6):
+            write_run(root, "ppo", 4, seed, experiment="coin", steps=steps,
+                      extra_config={"task.reward": "random"}, tag=f"steps{steps}")
+    main, *coin = load_runs([root]).suites
+    assert "[" not in main
+    assert sorted(coin) == ["coin [task.reward=random, train.steps=4]",
+                            "coin [task.reward=random, train.steps=6]"]
+
+
 def test_two_experiments_of_one_staleness_in_one_suite_are_named_apart(tmp_path, write_run):
     root = tmp_path / "runs"
     write_run(root, "ppo", 2, 0, experiment="a")
