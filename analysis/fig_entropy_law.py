@@ -99,7 +99,7 @@ def fig_entropy_law(runs: RunSet, opts: Options) -> FigureResult:
         ax.ticklabel_format(style="sci", scilimits=(-2, 3), useMathText=True)
         ax.xaxis.set_major_locator(MaxNLocator(5, symmetric=True))
         ax.yaxis.set_major_locator(MaxNLocator(5, symmetric=True))
-        ax.set_title(panel_title(runs, method, k), fontsize=9)
+        ax.set_title(panel_title(runs, method, k), fontsize=9, pad=16)  # clear of the x10^n label
         ax.set_xlabel(X_LABEL)
         ax.set_ylabel(Y_LABEL)
     handles = [Line2D([], [], ls="", marker="o", color=colours[s], label=f"seed {s}") for s in seeds]
