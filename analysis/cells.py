@@ -117,8 +117,8 @@ class Grouping:
     @staticmethod
     def _suite_labels(by_suite: dict[str, list[Any]], numeric: dict[int, dict]) -> dict[str, str]:
         """The suite's experiments; where two suites share them, the keys that differ; and for
-        any other suite the keys where it differs from the largest one (the main grid), so
-        that e.g. a random-reward suite says so in its name."""
+        every suite but the largest one (the main grid) also the keys where it differs from
+        that one, so that e.g. a random-reward suite says so in its name."""
         names = {k: ", ".join(experiment_order({(r.experiment, r.staleness) for r in runs}))
                  for k, runs in by_suite.items()}
 

@@ -45,13 +45,17 @@ def random_suites(runs: RunSet) -> list[str]:
         lambda r, s=s: r.suite == s))]
 
 
+def _values(runs: list[Run], key: str, default=None) -> str:
+    return "/".join(str(v) for v in sorted({r.cfg(key, default) for r in runs}))
+
+
 def mode(runs: list[Run]) -> str:
-    return "/".join(sorted({str(r.cfg(MODE_KEY, "minibatch")) for r in runs}))
+    return _values(runs, MODE_KEY, "minibatch")
 
 
 def steps(runs: list[Run]) -> str:
     """The runs' `train.steps` (the sweep runs the same cells at 30 and at 100 steps)."""
-    return "/".join(str(n) for n in sorted({int(r.cfg("train.steps")) for r in runs}))
+    return _values(runs, "train.steps")
 
 
 def _setting(run: Run) -> str:

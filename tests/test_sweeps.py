@@ -69,7 +69,7 @@ def test_peers_run_at_a_stale_setting():
 def test_random_reward_sweep_is_the_issues_cells():
     # 1x ppo (nothing is clipped) as the control; at 4x the clip settings in both staleness
     # modes at the default 30 steps; again at 100 steps in mini-batch mode with its control
-    # (a fixed-update run at 100 steps would cost ~22 min). Every job with coin-flip rewards
+    # (a fixed-update run at 100 steps would cost an estimated ~22 min). Every job with coin-flip rewards
     # and the per-update entropy change logged.
     keys = ("method", "experiment", "train.staleness_mode", "seed", "task.reward",
             "logger.entropy_change", "train.steps")
