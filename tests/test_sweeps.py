@@ -75,14 +75,15 @@ def test_random_reward_sweep_is_the_issues_cells():
             "logger.entropy_change", "train.steps")
     seeds = (0, 1, 2)
     clip_settings = ("ppo", "clip_0.8_1.5", "clip_0.5_1.2", "clip_higher", "bapo")
-    control = {("ppo", "staleness_1x", None, s, "random", True, steps)
-               for s in seeds for steps in (None, 100)}
+    long_seeds = (0, 1, 2, 3, 4)  # 2 more at 100 steps, where 3 left every interval over 0
+    control = {("ppo", "staleness_1x", None, s, "random", True, None) for s in seeds}
+    control |= {("ppo", "staleness_1x", None, s, "random", True, 100) for s in long_seeds}
     stale = {
         (m, "staleness_4x", mode, s, "random", True, None)
         for m in clip_settings for mode in ("minibatch", "fixed_update") for s in seeds
     }
     stale_long = {(m, "staleness_4x", "minibatch", s, "random", True, 100)
-                  for m in clip_settings for s in seeds}
+                  for m in clip_settings for s in long_seeds}
     assert cells("random_reward", *keys) == control | stale | stale_long
     assert len(run_sweep.sweep_grids("random_reward")) == 4  # one multirun per part
 
@@ -123,8 +124,8 @@ def test_sweep_commands_are_one_multirun_per_part():
     assert control[4:] == ["seed=0,1,2", "method=ppo", "experiment=staleness_1x", *shared]
     assert stale[4:] == ["seed=0,1,2", methods, "experiment=staleness_4x",
                          "train.staleness_mode=minibatch,fixed_update", *shared]
-    assert control_long[4:] == [*control[4:], "train.steps=100"]
-    assert stale_long[4:] == ["seed=0,1,2", methods, "experiment=staleness_4x",
+    assert control_long[4:] == ["seed=0,1,2,3,4", *control[5:], "train.steps=100"]
+    assert stale_long[4:] == ["seed=0,1,2,3,4", methods, "experiment=staleness_4x",
                               "train.staleness_mode=minibatch", *shared, "train.steps=100"]
     with pytest.raises(SystemExit, match="unknown sweep 'nope'"):
         run_sweep.sweep_commands("nope", [])
