@@ -13,8 +13,9 @@ import torch
 from transformers import GenerationConfig
 from transformers.generation.logits_process import TopPLogitsWarper
 
+import src.models.decoding as decoding
 from src.build import build_model, build_task
-from src.models.decoding import _top_p_filter, decode
+from src.models.decoding import _preallocated_cache, _top_p_filter, decode
 from src.models.sampling import generate
 from src.policy import response_logprobs
 from src.rollout.hf import HFRollout
@@ -176,3 +177,32 @@ def test_min_new_tokens_forces_full_length(warm):
     assert (roll.lengths() == MAX_NEW).all()
     with pytest.raises(ValueError, match="min_new_tokens"):
         HFRollout(model, tok, min_new_tokens=-1)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_the_preallocated_cache_gives_the_models_own_caches_numbers(warm, monkeypatch, greedy):
+    """Bit for bit: the loop over `_PreallocatedLayer`s against the same loop over the cache
+    the model builds itself (`DynamicLayer`, a `torch.cat` per step), rows leaving at many
+    steps, prompts of many lengths."""
+    model, tok, prompts = warm
+    ids, mask = _encode(tok, prompts)
+    fast = _decode(model, tok, ids, mask, greedy=greedy, generator=torch.Generator().manual_seed(3))
+    assert len(set(fast.lengths.tolist())) >= 5
+    monkeypatch.setattr(decoding, "_preallocated_cache", lambda *_: None)
+    own = _decode(model, tok, ids, mask, greedy=greedy, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(fast.tokens, own.tokens) and torch.equal(fast.lengths, own.lengths)
+    assert torch.equal(fast.logp, own.logp)
+
+
+def test_the_preallocated_cache_is_only_for_full_attention(warm):
+    model, _, _ = warm
+    cache = _preallocated_cache(model, 30)
+    assert len(cache.layers) == model.config.num_hidden_layers
+    assert all(layer.capacity == 30 for layer in cache.layers)
+    sliding = type("Model", (), {"config": type("C", (), {
+        "num_hidden_layers": 2, "layer_types": ["full_attention", "sliding_attention"]})()})()
+    assert _preallocated_cache(sliding, 30) is None  # the model keeps its own cache
+    with pytest.raises(RuntimeError, match="overflowed"):
+        layer = _preallocated_cache(model, 3).layers[0]
+        layer.update(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 4))
+        layer.update(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 4))

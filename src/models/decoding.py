@@ -31,6 +31,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+try:  # transformers >= 4.56: caches are lists of layers
+    from transformers.cache_utils import Cache, DynamicLayer
+except ImportError:  # older: the model's own DynamicCache
+    Cache = DynamicLayer = None
+
 
 @dataclass(frozen=True)
 class Decoded:
@@ -47,6 +52,65 @@ def _forward_args(model_type: type) -> tuple[str, bool]:
     """
     params = inspect.signature(model_type.forward).parameters
     return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
+
+
+class _PreallocatedLayer(DynamicLayer or object):
+    """A KV-cache layer that writes each step's keys and values into a buffer sized for the
+    whole response, instead of `DynamicLayer`'s `torch.cat` of the whole cache at every step.
+
+    Why: with 128 rows the two cats per layer and step cost about 0.8 ms each on one CPU
+    thread, more than half of the step's attention (1.3 ms); over a 64-token rollout they
+    were 28% of the decode loop's CPU time (torch.profiler, the CPU default's rollout).
+    Attention reads the same numbers through a view of the first `length` positions: the
+    tokens and log-probs are bit-identical to `DynamicLayer`'s (tested).
+    """
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        self.device = key_states.device
+        rows, heads, _, dim = key_states.shape
+        self.key_buffer = key_states.new_empty(rows, heads, self.capacity, dim)
+        self.value_buffer = value_states.new_empty(rows, heads, self.capacity, value_states.shape[-1])
+        self.is_initialized = True
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache of {self.capacity} positions overflowed (needs {end})")
+        self.key_buffer[:, :, self.length:end] = key_states
+        self.value_buffer[:, :, self.length:end] = value_states
+        self.length = end
+        self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        # index_select copies whole rows: aten::index (`buffer[indices]`, as DynamicLayer
+        # does) took 3x as long on a [128, 4, 80, 64] buffer (2.9-3.3 ms against 0.9-1.0 ms).
+        if self.length:
+            self.key_buffer = self.key_buffer.index_select(0, indices)
+            self.value_buffer = self.value_buffer.index_select(0, indices)
+            self.keys = self.key_buffer[:, :, :self.length]
+            self.values = self.value_buffer[:, :, :self.length]
+
+
+def _preallocated_cache(model: torch.nn.Module, capacity: int):
+    """A cache of `_PreallocatedLayer`s for a model whose layers all attend to the full
+    context; None (the model builds its own cache) otherwise or on older transformers."""
+    config = getattr(model, "config", None)
+    layers = getattr(config, "num_hidden_layers", None)
+    if Cache is None or not isinstance(layers, int):
+        return None
+    if any(kind != "full_attention" for kind in (getattr(config, "layer_types", None) or [])):
+        return None  # sliding-window layers keep a bounded window: not this cache's shape
+    return Cache(layers=[_PreallocatedLayer(capacity) for _ in range(layers)])
 
 
 def _top_p_filter(scores: Tensor, top_p: float) -> Tensor:
@@ -89,6 +153,9 @@ def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
     # As `generate` does: no padding at all, no mask (the attention takes its causal path).
     use_mask = not bool((mask == 1).all())
     extra = {"logits_to_keep": 1} if keeps_logits else {}
+    cache = _preallocated_cache(model, prompt_ids.shape[1] + max_new_tokens)
+    if cache is not None:
+        extra[cache_arg] = cache
     out = model(input_ids=prompt_ids.to(device), attention_mask=mask if use_mask else None,
                 position_ids=positions, use_cache=True, **extra)
     cache = getattr(out, cache_arg)
