@@ -15,7 +15,7 @@ from transformers.generation.logits_process import TopPLogitsWarper
 
 import src.models.decoding as decoding
 from src.build import build_model, build_task
-from src.models.decoding import _preallocated_cache, _top_p_filter, decode
+from src.models.decoding import _preallocated_cache, _repeated_rows, _top_p_filter, decode
 from src.models.sampling import generate
 from src.policy import response_logprobs
 from src.rollout.hf import HFRollout
@@ -206,3 +206,32 @@ def test_the_preallocated_cache_is_only_for_full_attention(warm):
         layer = _preallocated_cache(model, 3).layers[0]
         layer.update(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 4))
         layer.update(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 4))
+
+
+def test_repeated_rows_are_runs_of_identical_consecutive_prompts():
+    ids = torch.tensor([[0, 5, 6], [0, 5, 6], [7, 8, 9], [0, 5, 6], [0, 5, 6], [0, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1]])
+    first, copies = _repeated_rows(ids, mask)
+    # rows 3 and 4 hold the same ids but not the same mask: two runs
+    assert first.tolist() == [0, 2, 3, 4]
+    assert copies.tolist() == [0, 0, 1, 2, 3, 3]
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_one_prefill_per_prompt_gives_one_per_samples_numbers(warm, monkeypatch, greedy):
+    """A rollout's layout (each prompt repeated once per sample): prefilling each prompt
+    once and copying its cache gives the numbers of prefilling every copy, bit for bit."""
+    model, tok, prompts = warm
+    ids, mask = _encode(tok, prompts[:12])
+    ids, mask = ids.repeat_interleave(4, 0), mask.repeat_interleave(4, 0)
+    once = _decode(model, tok, ids, mask, greedy=greedy, generator=torch.Generator().manual_seed(7))
+    every = torch.arange(ids.shape[0])
+    monkeypatch.setattr(decoding, "_repeated_rows", lambda *_: (every, every))
+    each = _decode(model, tok, ids, mask, greedy=greedy, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(once.tokens, each.tokens) and torch.equal(once.lengths, each.lengths)
+    assert torch.equal(once.logp, each.logp)
+    if not greedy:  # the copies of a prompt sampled different responses
+        assert len({tuple(r) for r in once.tokens[:4].tolist()}) > 1
+    else:
+        expected = _hf(model, tok, ids, mask, do_sample=False)
+        assert torch.equal(once.tokens[:, :expected.shape[1]], expected)
