@@ -7,7 +7,8 @@ about 1k with these settings. Measured side by side (`python benchmarks/bench_vs
 --engines project,project@MALLOC_MMAP_THRESHOLD_=33554432@MALLOC_TRIM_THRESHOLD_=1073741824`,
 quiet machine, 2 rounds): 1.10x the tokens per second (rounds 1.06, 1.14). Allocation does
 not touch arithmetic, so every number is unchanged. The price: the process keeps its peak
-heap. A user's own glibc settings (MALLOC_*_ or GLIBC_TUNABLES) win; nothing is done then.
+heap. Where the user set MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES,
+those win and nothing is done here.
 """
 
 from __future__ import annotations

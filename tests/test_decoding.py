@@ -8,6 +8,8 @@ sampler's log-probs are those a teacher-forced forward gives to the sampled toke
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from transformers import GenerationConfig
@@ -183,9 +185,11 @@ def test_min_new_tokens_forces_full_length(warm):
 def test_the_preallocated_cache_gives_the_models_own_caches_numbers(warm, monkeypatch, greedy):
     """Bit for bit: the loop over `_PreallocatedLayer`s against the same loop over the cache
     the model builds itself (`DynamicLayer`, a `torch.cat` per step), rows leaving at many
-    steps, prompts of many lengths."""
+    steps, prompts of many lengths, each prompt twice (so the model's own cache is also
+    the one copied from one prefill per prompt)."""
     model, tok, prompts = warm
     ids, mask = _encode(tok, prompts)
+    ids, mask = ids.repeat_interleave(2, 0), mask.repeat_interleave(2, 0)
     fast = _decode(model, tok, ids, mask, greedy=greedy, generator=torch.Generator().manual_seed(3))
     assert len(set(fast.lengths.tolist())) >= 5
     monkeypatch.setattr(decoding, "_preallocated_cache", lambda *_: None)
@@ -199,12 +203,12 @@ def test_the_preallocated_cache_is_only_for_full_attention(warm):
     cache = _preallocated_cache(model, 30)
     assert len(cache.layers) == model.config.num_hidden_layers
     assert all(layer.capacity == 30 for layer in cache.layers)
-    sliding = type("Model", (), {"config": type("C", (), {
-        "num_hidden_layers": 2, "layer_types": ["full_attention", "sliding_attention"]})()})()
+    sliding = SimpleNamespace(config=SimpleNamespace(
+        num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"]))
     assert _preallocated_cache(sliding, 30) is None  # the model keeps its own cache
+    layer = _preallocated_cache(model, 3).layers[0]
+    layer.update(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 4))  # 2 of 3 positions
     with pytest.raises(RuntimeError, match="overflowed"):
-        layer = _preallocated_cache(model, 3).layers[0]
-        layer.update(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 4))
         layer.update(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 4))
 
 

@@ -171,8 +171,9 @@ def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
     cache = _preallocated_cache(model, prompt_ids.shape[1] + max_new_tokens)
     if cache is not None:
         extra[cache_arg] = cache
-    first, copies = _repeated_rows(prompt_ids.to(device), mask)
-    out = model(input_ids=prompt_ids.to(device)[first], attention_mask=mask[first] if use_mask else None,
+    prompt_ids = prompt_ids.to(device)
+    first, copies = _repeated_rows(prompt_ids, mask)
+    out = model(input_ids=prompt_ids[first], attention_mask=mask[first] if use_mask else None,
                 position_ids=positions[first], use_cache=True, **extra)
     cache = getattr(out, cache_arg)
     # Indexing copies: a view would keep the prefill's whole logits alive through the loop.
