@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from src.algorithms._checks import as_bool_mask, broadcast_advantages, check_finite
+from src.algorithms.surrogate import clipped_high, clipped_low
 
 CONTRIBUTIONS = ("gradient", "value")
 ORDERS = ("paper", "official")
@@ -118,9 +119,9 @@ def _share(s_pos: Tensor, s_neg: Tensor) -> Tensor:
 
 def _sums(r: Tensor, a: Tensor, w: Tensor, c_low: float, c_high: float, contribution: str):
     pos, neg = a > 0, a < 0
-    if contribution == "gradient":
-        s_pos = (w * r * a)[pos & (r <= c_high)].sum()
-        s_neg = (w * r * -a)[neg & (r >= c_low)].sum()
+    if contribution == "gradient":  # clipped tokens carry nothing (the clip states' boundary)
+        s_pos = (w * r * a)[pos & ~clipped_high(r, a, c_high)].sum()
+        s_neg = (w * r * -a)[neg & ~clipped_low(r, a, c_low)].sum()
     else:
         s_pos = (w * a * r.clamp(max=c_high))[pos].sum()
         s_neg = (w * -a * r.clamp(min=c_low))[neg].sum()
@@ -190,32 +191,46 @@ def adaptive_bounds_reference(ratio, advantages, mask, *, rho0=0.4, low_start=0.
     return BoundsResult(c_low, c_high, rho, _meets(rho, rho0), steps, rho_start)
 
 
-def _bucket_cumsum(index: Tensor, values: Tensor, size: int) -> Tensor:
-    """cumsum over candidates of the values bucketed at `index` (index == size: never)."""
+def _bucket_sums(index: Tensor, values: Tensor, size: int) -> Tensor:
+    """Sum of `values` per bucket 0..size (bucket `size`: never crosses a candidate)."""
     sums = torch.zeros(size + 1, dtype=values.dtype, device=values.device)
-    sums.index_add_(0, index, values)
-    return sums[:size].cumsum(0)
+    return sums.index_add_(0, index, values)
+
+
+def _before(index: Tensor, values: Tensor, size: int) -> Tensor:
+    """For each candidate c: the sum of values whose bucket is <= c (already crossed)."""
+    return _bucket_sums(index, values, size)[:size].cumsum(0)
+
+
+def _after(index: Tensor, values: Tensor, size: int) -> Tensor:
+    """For each candidate c: the sum of values whose bucket is > c (not crossed yet).
+
+    Summed from the far end, never as total minus `_before`: with values of very different
+    sizes (A = -2 next to A = -2e-24) that difference cancels the small ones to 0 and
+    the fast search then disagreed with the literal loop.
+    """
+    sums = _bucket_sums(index, values, size)
+    return sums.flip(0).cumsum(0).flip(0)[1:]
 
 
 def _rho_table(r, a, w, lows: Tensor, highs: Tensor, contribution: str):
-    """S_pos for every c_high candidate and S_neg for every c_low candidate, in one pass."""
+    """S_pos for every c_high candidate and S_neg for every c_low candidate, in one pass.
+
+    The buckets follow the clip boundary of `surrogate.clipped_high/low`: an A>0 token is
+    admitted at the first c_high with r <= c_high (not r > c_high), an A<0 token filtered
+    at the first c_low with r < c_low. A token exactly at a candidate is unclipped there.
+    """
     pos, neg = a > 0, a < 0
     r_pos, wa_pos = r[pos], (w * a)[pos]
     r_neg, wa_neg = r[neg], (w * -a)[neg]
-    # A>0 token enters S_pos (gradient) at the first c_high >= r.
-    admit = torch.bucketize(r_pos, highs, right=False)
-    # A<0 token leaves S_neg (gradient) at the first c_low > r.
-    filt = torch.bucketize(r_neg, lows, right=True)
+    admit = torch.bucketize(r_pos, highs, right=False)  # first i with highs[i] >= r
+    filt = torch.bucketize(r_neg, lows, right=True)  # first j with lows[j] > r
     n_high, n_low = highs.numel(), lows.numel()
     if contribution == "gradient":
-        s_pos = _bucket_cumsum(admit, wa_pos * r_pos, n_high)
-        s_neg = (wa_neg * r_neg).sum() - _bucket_cumsum(filt, wa_neg * r_neg, n_low)
-        return s_pos, s_neg
+        return _before(admit, wa_pos * r_pos, n_high), _after(filt, wa_neg * r_neg, n_low)
     # value: A*min(r, c_high) for A>0 and |A|*max(r, c_low) for A<0
-    s_pos = _bucket_cumsum(admit, wa_pos * r_pos, n_high) + highs * (
-        wa_pos.sum() - _bucket_cumsum(admit, wa_pos, n_high))
-    s_neg = (wa_neg * r_neg).sum() - _bucket_cumsum(filt, wa_neg * r_neg, n_low) + lows * (
-        _bucket_cumsum(filt, wa_neg, n_low))
+    s_pos = _before(admit, wa_pos * r_pos, n_high) + highs * _after(admit, wa_pos, n_high)
+    s_neg = _after(filt, wa_neg * r_neg, n_low) + lows * _before(filt, wa_neg, n_low)
     return s_pos, s_neg
 
 

@@ -30,6 +30,18 @@ NO_GRADIENT = (CLIP_LOW, CLIP_HIGH, DUAL, MASKED)
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
+def clipped_high(ratio: Tensor, advantages: Tensor, c_high: float) -> Tensor:
+    """The clip boundary for A>0, defined once: clipped iff r > c_high (r == c_high keeps
+    its gradient). `clip_states` and BAPO's searches (src/algorithms/bapo.py) both use it."""
+    return (advantages > 0) & (ratio > c_high)
+
+
+def clipped_low(ratio: Tensor, advantages: Tensor, c_low: float) -> Tensor:
+    """The clip boundary for A<0, defined once: clipped iff r < c_low (r == c_low keeps its
+    gradient)."""
+    return (advantages < 0) & (ratio < c_low)
+
+
 def carries_gradient(state: Tensor) -> Tensor:
     """True where a token's state leaves it a gradient (every state but `NO_GRADIENT`)."""
     return (state == NONE) | (state > MASKED)
@@ -44,8 +56,8 @@ def clip_states(ratio: Tensor, advantages: Tensor, c_low: float, c_high: float,
     """
     r = ratio.detach()
     state = torch.zeros(r.shape, dtype=torch.int8, device=r.device)
-    state[(advantages > 0) & (r > c_high)] = CLIP_HIGH
-    state[(advantages < 0) & (r < c_low)] = CLIP_LOW
+    state[clipped_high(r, advantages, c_high)] = CLIP_HIGH
+    state[clipped_low(r, advantages, c_low)] = CLIP_LOW
     if dual_clip_c is not None:
         state[(advantages < 0) & (r > dual_clip_c)] = DUAL
     return state

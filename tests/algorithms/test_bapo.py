@@ -234,6 +234,28 @@ def test_official_order_clamps_the_last_step_to_the_max(fn):
     assert res.steps == 4 + 3  # c_high 1.25, 1.30, then the clamped 1.33
 
 
+def test_regression_tiny_negative_at_c_low_next_to_a_large_one():
+    # Found by hypothesis: a negative token exactly at r == c_low = 0.6 (kept: clipped iff
+    # r < c_low) with A = -2.13e-24, beside one at r = 0.5 with A = -2 (clipped from the
+    # start). The fast search took S_neg as total - prefix = (1.0 + 1.3e-24) - 1.0 = 0 and
+    # returned rho_start = 1, 0 steps; the loop sums the kept tokens and finds rho ~ 4e-193.
+    r = torch.tensor([0.6] * 7 + [0.5, 0.6], dtype=F64)
+    a = torch.tensor([-2, -2, -2, -2, -2, 9.44e-217, -2.13e-24, -2, -2], dtype=F64)
+    mask = torch.zeros(9, dtype=torch.bool)
+    mask[5:8] = True
+    s_pos, s_neg = 0.6 * 9.44e-217, 0.6 * 2.13e-24  # the r=0.5 token is clipped at 0.6
+    # c_high walks 1.2 -> 3.0 (36 steps; nothing to admit), then c_low 0.6 -> 0.62 filters
+    # the r=0.6 token: S_neg = 0, rho = 1 >= 0.4 after 37 steps.
+    expected = (0.62, 3.0, 1.0, True, 37, s_pos / (s_pos + s_neg), False)
+    for fn in (adaptive_bounds, adaptive_bounds_reference):
+        res = fn(r, a, mask, rho0=0.4, **PAPER)
+        assert res.c_low == pytest.approx(0.62, abs=1e-12) and res.c_high == pytest.approx(3.0)
+        assert (res.reached, res.steps, res.undefined) == (True, 37, False)
+        assert res.rho == 1.0
+        assert res.rho_start == pytest.approx(expected[5], rel=1e-9)
+        assert 0 < res.rho_start < 1e-190
+
+
 def test_per_sequence_advantages_and_float32_ratios():
     gen = torch.Generator().manual_seed(3)
     ratio = (torch.randn(6, 9, generator=gen) * 0.3).exp()  # float32
