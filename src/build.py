@@ -6,8 +6,9 @@ from pathlib import Path
 
 import torch
 
-from src.config import Config, updates_per_rollout
+from src.config import Config
 from src.models.precision import autocast_forward
+from src.schedule import updates_per_rollout
 from src.tasks import get_task
 
 

@@ -22,6 +22,7 @@ class TrainState:
     consecutive_bad_updates: int = 0
     skipped_updates: int = 0
     wall_time_s: float = 0.0  # summed over the run's segments (resumes)
+    policy_version: int = 0  # optimizer steps applied so far (a token's lag is measured in these)
 
 
 def rng_state() -> dict[str, Any]:
@@ -36,14 +37,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(directory: Path, state: TrainState, model, optimizer, scheduler,
-                    keep: int) -> Path:
-    """Write `step_XXXXXX.pt` via temp file + rename, then prune to the newest `keep`."""
+                    keep: int, schedule: dict | None = None) -> Path:
+    """Write `step_XXXXXX.pt` via temp file + rename, then prune to the newest `keep`.
+
+    `schedule`: the data in flight (a delay queue, a replay buffer), with its stored
+    behaviour log-probs, so a resumed run trains on exactly what it would have."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"{_PREFIX}{state.step:06d}.pt"
     tmp = directory / f".{final.name}.tmp"
     torch.save({"state": vars(state), "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "rng": rng_state()}, tmp)
+                "rng": rng_state(), "schedule": schedule or {}}, tmp)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, final)

@@ -8,6 +8,7 @@ whose message starts with the dotted key, e.g. `train.staleness must be >= 1, go
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from src.algorithms import AGGREGATIONS, METHODS, Method, build_method
+from src.schedule.anchors import ANCHORS
+from src.schedule.sources import SOURCES
+from src.schedule.split import STALENESS_MODES, minibatch_size
 
-STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
 OPTIMIZERS = ("adamw", "sgd")
 
 
@@ -147,6 +150,29 @@ class TrainConfig:
     threads: int = 2
 
 
+# Keys that belong to one source only; set under another they are a config error.
+SOURCE_KEYS = {"delay": ("delay",), "replay": ("replay_capacity", "replay_draws")}
+REPLAY_DEFAULTS = {"replay_capacity": 4, "replay_draws": 1}
+
+
+@dataclass
+class OffPolicyConfig:
+    """Where each step's training data comes from, and which policy the ratio is taken
+    against (src/schedule/). The default, fresh + coupled, is the paper's staleness."""
+
+    # fresh: train on the rollout generated this step | delay: on the one generated
+    # `delay` steps ago (M2PO's queue) | replay: on the fresh one plus `replay_draws`
+    # drawn from a buffer of the last `replay_capacity` rollouts
+    source: str = "fresh"
+    # coupled: r = pi/pi_behaviour | recompute: r = pi/pi_step_start | decoupled (AReaL):
+    # clip pi/pi_step_start, times the behaviour weight min(pi_step_start/pi_behaviour, cap)
+    anchor: str = "coupled"
+    weight_cap: float = 2.0  # decoupled: truncation of the behaviour weight (verl's default)
+    delay: int | None = None  # delay: K steps between generating a rollout and training on it
+    replay_capacity: int | None = None  # replay: rollouts kept (default 4)
+    replay_draws: int | None = None  # replay: rollouts drawn per step (default 1)
+
+
 @dataclass
 class EvalConfig:
     every: int = 10
@@ -178,6 +204,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    offpolicy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
@@ -247,30 +274,6 @@ def validate_method(method: dict) -> MethodConfig:
     return m
 
 
-def rollout_prompts(t: TrainConfig) -> int:
-    """Prompts sampled per rollout step: k * prompts_per_step in fixed_update mode."""
-    return t.prompts_per_step * (t.staleness if t.staleness_mode == "fixed_update" else 1)
-
-
-def minibatch_count(t: TrainConfig) -> int:
-    """Mini-batches one pass over a rollout is split into."""
-    return 1 if t.staleness_mode == "epochs" else t.staleness
-
-
-def minibatch_size(t: TrainConfig) -> int:
-    """Responses per optimizer update."""
-    return rollout_prompts(t) * t.group_size // minibatch_count(t)
-
-
-def passes_per_rollout(t: TrainConfig) -> int:
-    """Passes over a rollout's mini-batches: staleness in epochs mode, else train.epochs."""
-    return t.staleness if t.staleness_mode == "epochs" else t.epochs
-
-
-def updates_per_rollout(t: TrainConfig) -> int:
-    return minibatch_count(t) * passes_per_rollout(t)
-
-
 def _check_train(t: TrainConfig) -> None:
     _require(t.steps > 0, "train.steps", f"must be > 0, got {t.steps}")
     _require(t.prompts_per_step > 0, "train.prompts_per_step", f"must be > 0, got {t.prompts_per_step}")
@@ -304,6 +307,34 @@ def _check_train(t: TrainConfig) -> None:
     _require(t.warmup_steps >= 0, "train.warmup_steps", f"must be >= 0, got {t.warmup_steps}")
     _require(t.max_bad_updates >= 1, "train.max_bad_updates", f"must be >= 1, got {t.max_bad_updates}")
     _require(t.threads >= 1, "train.threads", f"must be >= 1, got {t.threads}")
+
+
+def _check_offpolicy(o: OffPolicyConfig) -> None:
+    _require(o.source in SOURCES, "offpolicy.source", f"must be one of {list(SOURCES)}, got {o.source!r}")
+    _require(o.anchor in ANCHORS, "offpolicy.anchor", f"must be one of {list(ANCHORS)}, got {o.anchor!r}")
+    _require(o.weight_cap > 0 and math.isfinite(o.weight_cap), "offpolicy.weight_cap",
+             f"must be a finite number > 0 (the decoupled behaviour weight's cap), got {o.weight_cap}")
+    for source, keys in SOURCE_KEYS.items():
+        for key in keys:
+            if source != o.source and getattr(o, key) is not None:
+                raise ConfigError(f"offpolicy.{key} belongs to offpolicy.source={source}, but the "
+                                  f"source is {o.source}; drop offpolicy.{key} or set "
+                                  f"offpolicy.source={source}")
+    if o.source == "delay":
+        _require(o.delay is not None, "offpolicy.delay",
+                 "must be set with offpolicy.source=delay: the steps between generating a "
+                 "rollout and training on it (0 = fresh)")
+        _require(o.delay >= 0, "offpolicy.delay", f"must be >= 0 (steps of lag), got {o.delay}")
+    if o.source == "replay":
+        for key, default in REPLAY_DEFAULTS.items():
+            if getattr(o, key) is None:
+                setattr(o, key, default)
+        _require(o.replay_capacity >= 1, "offpolicy.replay_capacity",
+                 f"must be >= 1, got {o.replay_capacity}")
+        _require(o.replay_draws >= 0, "offpolicy.replay_draws", f"must be >= 0, got {o.replay_draws}")
+        _require(o.replay_draws <= o.replay_capacity, "offpolicy.replay_draws",
+                 f"is {o.replay_draws}: that draws more rollouts than the buffer holds "
+                 f"(offpolicy.replay_capacity={o.replay_capacity}); draw at most that many")
 
 
 def _check_rest(c: Config) -> None:
@@ -388,6 +419,7 @@ def validate(cfg: DictConfig | dict) -> Config:
     config.method.params = params
     _check_method(config.method)
     _check_train(config.train)
+    _check_offpolicy(config.offpolicy)
     _check_rest(config)
     return config
 

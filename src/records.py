@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from src.algorithms import CLIP_STATES
@@ -22,7 +23,12 @@ STEP_MEAN_KEYS = ("clip_frac", "clip_low_frac", "clip_high_frac", "masked_frac",
                   "trunc_high_frac", "kl_penalty_frac", "clip_frac_pos", "clip_frac_neg",
                   "token_share_pos", "token_share_neg", "contrib_grad_pos_share",
                   "contrib_value_pos_share", "c_low", "c_high", "rho", "grad_norm", "kl_k3",
-                  "entropy_clip_cov", "abs_log_ratio_mean")
+                  "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1", "m2", "grad_clipped",
+                  "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1", "behav_kl_k3", "behav_m2",
+                  "behav_ess", "behav_weight_mean")
+# Summed over a step's updates (per-bin counts) and the step's maximum.
+STEP_SUM_LIST_KEYS = ("ratio_hist_pos", "ratio_hist_neg")
+STEP_MAX_KEYS = ("policy_lag_max", "behav_weight_max")
 _CLIP_NAMES = np.array(CLIP_STATES)
 
 
@@ -57,24 +63,42 @@ def rollout_record(step: int, rewards: Tensor, correct: Tensor, lengths: Tensor,
 
 
 def update_means(updates: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """The step's means of `STEP_MEAN_KEYS` over its applied updates, and the skip count."""
+    """The step's means of `STEP_MEAN_KEYS` over its applied updates (booleans as shares),
+    its sums of `STEP_SUM_LIST_KEYS`, its maxima of `STEP_MAX_KEYS`, and the skip count."""
     good = [u for u in updates if not u.get("skipped")]
     out: dict[str, Any] = {"skipped_updates": len(updates) - len(good)}
     for key in STEP_MEAN_KEYS:
         out[key] = finite_mean(u.get(key) for u in good)
+    for key in STEP_SUM_LIST_KEYS:
+        lists = [u[key] for u in good if u.get(key) is not None]
+        out[key] = [sum(col) for col in zip(*lists, strict=True)] if lists else None
+    for key in STEP_MAX_KEYS:
+        values = [u[key] for u in good if u.get(key) is not None]
+        out[key] = max(values) if values else None
     return out
+
+
+def step_readings(entropies: list[Tensor], sampler_gaps: list[Tensor]) -> dict[str, float | None]:
+    """The step record's entropy_mean and sampler_logp_gap from the generated rollout's
+    response tokens, given per mini-batch (concatenated in that order, then averaged)."""
+    ent, gap = torch.cat(entropies), torch.cat(sampler_gaps)
+    return {"entropy_mean": float(ent.mean()) if ent.numel() else None,
+            "sampler_logp_gap": float(gap.mean()) if gap.numel() else None}
 
 
 def token_columns(*, step: int, update: int, select: Tensor, response_ids: Tensor,
                   group_ids: Tensor, token_ids: Tensor, logp_behavior: Tensor,
                   logp_sampler: Tensor | None, logp: Tensor, ratio: Tensor, advantages: Tensor,
                   entropy: Tensor, clip_state: Tensor, in_loss: Tensor, c_low: float | None,
-                  c_high: float | None, rewards: Tensor, lengths: Tensor) -> dict[str, np.ndarray]:
-    """One row per selected response token (`select` [b, T] bool), the run dir's 18 columns.
+                  c_high: float | None, rewards: Tensor, lengths: Tensor,
+                  policy_version: Tensor | None = None, lag: Tensor | None = None
+                  ) -> dict[str, np.ndarray]:
+    """One row per selected response token (`select` [b, T] bool), the run dir's 20 columns.
 
     Per-token tensors are [b, T]; `response_ids`, `group_ids`, `rewards`, `lengths` are per
     row [b]; `advantages` may be either. `logp_sampler` None: NaN (the engine kept none).
-    Bounds that a method does not have are NaN.
+    Bounds that a method does not have are NaN. `policy_version` and `lag` (optimizer
+    updates) per row [b] or per token [b, T]; None: -1 (an engine that does not track them).
     """
     sel = select.detach().cpu().bool()
     rows, pos = sel.nonzero(as_tuple=True)
@@ -106,7 +130,17 @@ def token_columns(*, step: int, update: int, select: Tensor, response_ids: Tenso
         "c_low": bound(c_low), "c_high": bound(c_high),
         "reward": per_row(rewards).float().numpy(),
         "response_length": per_row(lengths).numpy().astype(np.int16),
+        "policy_version": _ints(policy_version, sel, rows, n),
+        "lag": _ints(lag, sel, rows, n),
     }
+
+
+def _ints(values: Tensor | None, sel: Tensor, rows: Tensor, n: int) -> np.ndarray:
+    if values is None:
+        return np.full(n, -1, np.int32)
+    values = values.detach().cpu()
+    picked = values[rows] if values.dim() == 1 else values[sel]
+    return picked.numpy().astype(np.int32)
 
 
 def concat_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

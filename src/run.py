@@ -149,6 +149,8 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
                           evaluate=build_evaluator(cfg, model, tokenizer, task, format_prompt,
                                                    backend=backend),
                           format_prompt=format_prompt)
+        if payload is not None:  # the data in flight: a delay queue, a replay buffer
+            trainer.load_schedule_state(payload.get("schedule"))
         try:
             state = trainer.run(state, progress=progress)
         except NumericFault as e:

@@ -45,6 +45,13 @@ LEGACY_METHOD_PARAMS = {
                     "entropy_scope": "scope"},
     "bapo": {"dual_clip_c": "dual_clip_c"},  # and everything under the old method.bapo
 }
+# Sections added to config.yaml after runs were committed, with the values those runs
+# used: a config.yaml without the section was made with these (a test keeps them equal to
+# the dataclass defaults in src/config.py).
+ADDED_SECTIONS = {
+    "offpolicy": {"source": "fresh", "anchor": "coupled", "weight_cap": 2.0, "delay": None,
+                  "replay_capacity": None, "replay_draws": None},
+}
 # The parts of the path itself: never repeated in the tag.
 PATH_KEYS = ("experiment", "method", "seed")
 MAX_TAG_CHARS = 80
@@ -115,7 +122,15 @@ def stored_config(run_dir: Path) -> dict | None:
         loaded = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
     except (OSError, yaml.YAMLError):
         return None
-    return upgrade_method_layout(loaded) if isinstance(loaded, dict) else None
+    return upgrade_config(loaded) if isinstance(loaded, dict) else None
+
+
+def upgrade_config(cfg: dict) -> dict:
+    """A stored config in today's layout: the method's section, and every section added
+    since with the values the run used (`ADDED_SECTIONS`)."""
+    cfg = upgrade_method_layout(cfg)
+    missing = {k: dict(v) for k, v in ADDED_SECTIONS.items() if k not in cfg}
+    return {**cfg, **missing} if missing else cfg
 
 
 def mismatch_message(run_dir: Path, differences: list[tuple[str, Any, Any]], shown: int = 3) -> str:

@@ -25,6 +25,7 @@ TOKEN_SCHEMA = pa.schema([
     ("ratio", pa.float32()), ("advantage", pa.float32()), ("entropy", pa.float32()),
     ("clip_state", pa.string()), ("in_loss", pa.bool_()), ("c_low", pa.float32()),
     ("c_high", pa.float32()), ("reward", pa.float32()), ("response_length", pa.int16()),
+    ("policy_version", pa.int32()), ("lag", pa.int32()),
 ])
 
 

@@ -42,11 +42,23 @@ from torch import Tensor
 
 from src.algorithms import Decision, PolicyLossOutput, group_advantages, update_metrics
 from src.algorithms._checks import NonFiniteError
+from src.algorithms.drift import drift_metrics, ratio_histogram
 from src.checkpoint import TrainState, save_checkpoint
-from src.config import Config, minibatch_count, passes_per_rollout, rollout_prompts
+from src.config import Config
 from src.policy import response_logprobs
-from src.records import concat_columns, rollout_record, token_columns, update_means
+from src.records import concat_columns, rollout_record, step_readings, token_columns, update_means
 from src.rollout import Rollout, RolloutBackend
+from src.schedule import (
+    StoredRollout,
+    TrainingSet,
+    anchored,
+    build_source,
+    minibatch_count,
+    needs_proximal,
+    passes_per_rollout,
+    rollout_prompts,
+    split_rows,
+)
 from src.tasks.rewards import assign_rewards
 from src.telemetry import RunWriter
 
@@ -57,16 +69,31 @@ class NumericFault(RuntimeError):
 
 @dataclass
 class MiniBatch:
-    rows: Tensor  # indices into the rollout
+    rows: Tensor  # indices into the step's training set (its rollouts' rows, in order)
     data: Rollout
-    logp_behavior: Tensor
+    logp_behavior: Tensor  # by the weights that generated each token
     entropy_behavior: Tensor
     advantages: Tensor  # [b] per response
     rewards: Tensor
+    version: Tensor | None = None  # [b] policy version (optimizer steps) that generated each row; None: 0
+    # The log-probs the ratio is taken against (offpolicy.anchor) and the decoupled
+    # objective's behaviour weight (None: 1).
+    logp_old: Tensor | None = None
+    token_weight: Tensor | None = None
+    # The current weights' numbers at the start of the step, where this step scored the
+    # mini-batch (None where its behaviour pass was stored earlier and nothing asked).
+    logp_start: Tensor | None = None
+    entropy_start: Tensor | None = None
     decision: Decision | None = None  # taken once per rollout (e.g. top_entropy scope=rollout)
     # Mini-batch 0's behaviour pass, run with grad: (logp, entropy) for update 0 to use, so
     # that its forward is not run twice with the same weights on the same tensors.
     policy_pass: tuple[Tensor, Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        if self.logp_old is None:
+            self.logp_old = self.logp_behavior
+        if self.version is None:
+            self.version = torch.zeros(self.rows.shape[0], dtype=torch.long)
 
 
 @dataclass
@@ -91,7 +118,22 @@ class Trainer:
         self.writer, self.checkpoint_dir = writer, checkpoint_dir
         self.evaluate, self.format_prompt = evaluate, format_prompt
         self.method = cfg.method.build(norm_length=cfg.rollout.max_new_tokens)
+        self.source = build_source(cfg.offpolicy)
         self.log_tokens = True
+        self._version = 0  # optimizer steps applied before the current update
+        off = cfg.offpolicy
+        if off.anchor != "coupled" and (off.source == "fresh" or (off.source == "delay" and off.delay == 0)):
+            print(f"[offpolicy] anchor={off.anchor}: every step trains on data its own start "
+                  "weights generated, so the proximal policy is the behaviour policy and this "
+                  "run equals anchor=coupled", flush=True)
+
+    def schedule_state(self) -> dict:
+        """What a checkpoint carries for the source: its queue or buffer, with stored log-probs."""
+        return self.source.state_dict()
+
+    def load_schedule_state(self, state: dict | None) -> None:
+        if state:
+            self.source.load_state_dict(state)
 
     # -- one step -------------------------------------------------------------------
     def _step_seed(self, step: int) -> int:
@@ -102,18 +144,78 @@ class Trainer:
         """The seed of a method's random decision (clip_cov's draw) at one update."""
         return (self._step_seed(step) + 104_729 * (update + 1)) % (2**31 - 1)
 
-    def _minibatches(self, roll: Rollout, advantages: Tensor, rewards: Tensor,
-                     step: int) -> list[MiniBatch]:
-        k = minibatch_count(self.cfg.train)
-        gen = torch.Generator().manual_seed(self._step_seed(step))
-        perm = torch.randperm(roll.size, generator=gen).view(k, -1)
-        batches = []
+    def _generate(self, slot: int, state: TrainState) -> StoredRollout:
+        """Sample, score and reward the rollout of `slot` with the current weights."""
+        cfg = self.cfg
+        n_prompts = rollout_prompts(cfg.train)
+        problems = [self.task.problem(state.task_position + i) for i in range(n_prompts)]
+        state.task_position += n_prompts
+        self.backend.sync_weights(self.model)
+        roll = self.backend.generate([self.format_prompt(p.prompt) for p in problems],
+                                     num_samples=cfg.train.group_size,
+                                     max_new_tokens=cfg.rollout.max_new_tokens,
+                                     temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                     seed=self._step_seed(slot))
+        scores = torch.tensor([self.task.score(problems[g], text)
+                               for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
+        rewards = assign_rewards(cfg.task.reward, scores, seed=cfg.seed, step=slot, p=cfg.task.reward_p)
+        adv = group_advantages(rewards, cfg.train.group_size, scale_by_std=cfg.train.advantage_std_norm)
+        return StoredRollout(slot, state.policy_version, state.step, roll, rewards, scores,
+                             adv.advantages, adv.degenerate_groups, adv.num_groups)
+
+    def _store_behaviour_now(self, stored: StoredRollout) -> None:
+        """The behaviour pass of a rollout trained at a later step, by the weights that just
+        generated it, on the exact mini-batch tensors it will be trained on (its split is
+        that of the step it is trained at, `stored.slot`)."""
+        parts = split_rows(stored.size, minibatch_count(self.cfg.train), self._step_seed(stored.slot))
+        entropies, gaps = [], []
         with torch.no_grad():
-            for rows in perm:
-                rows = rows.sort().values
-                data = roll.select(rows)
-                logp_b, ent_b, kept = self._behaviour_pass(data, first=not batches)
-                batches.append(MiniBatch(rows, data, logp_b, ent_b, advantages[rows], rewards[rows],
+            for rows in parts:
+                data = stored.data.select(rows)
+                logp, entropy = self._score(data)
+                stored.store_behaviour(rows, logp, entropy)
+                entropies.append(entropy.cpu()[data.response_mask])
+                gaps.append((data.sampler_logp - logp.cpu())[data.response_mask].abs())
+        stored.readings = step_readings(entropies, gaps)
+
+    def _training_batches(self, training: TrainingSet, step: int, state: TrainState
+                          ) -> list[MiniBatch]:
+        """The step's mini-batches over its training set, each with the log-probs of the
+        weights that generated it and those its ratio is taken against.
+
+        Rows generated by the current weights (a fresh rollout) get their behaviour pass
+        here, on the mini-batch tensors; under recompute and decoupled every mini-batch
+        holding older data is scored by the current weights too (the proximal policy).
+        """
+        cfg = self.cfg
+        parts = minibatch_count(cfg.train) * len(training.rollouts)
+        stale = bool((training.version < state.policy_version).any())
+        proximal = needs_proximal(cfg.offpolicy.anchor) and stale
+        batches: list[MiniBatch] = []
+        with torch.no_grad():
+            for rows in split_rows(training.size, parts, self._step_seed(step)):
+                data = training.data.select(rows)
+                t = data.response_ids.shape[1]
+                pending = training.pending[rows]
+                logp_b = training.logp_behavior[rows, :t]
+                ent_b = training.entropy_behavior[rows, :t]
+                logp_now = ent_now = kept = None
+                if proximal or bool(pending.any()):
+                    logp_now, ent_now, kept = self._behaviour_pass(data, first=not batches)
+                    pend = pending[:, None].to(logp_now.device)
+                    logp_b = torch.where(pend, logp_now, logp_b.to(logp_now.device))
+                    ent_b = torch.where(pend, ent_now, ent_b.to(ent_now.device))
+                    training.store_behaviour(rows, logp_now.cpu(), ent_now.cpu())
+                else:
+                    device = next(self.model.parameters()).device
+                    logp_b, ent_b = logp_b.to(device), ent_b.to(device)
+                logp_old, weight = anchored(cfg.offpolicy.anchor, logp_b,
+                                            logp_now if proximal else None,
+                                            data.response_mask.to(logp_b.device), cfg.offpolicy.weight_cap)
+                batches.append(MiniBatch(rows, data, logp_b, ent_b, training.advantages[rows],
+                                         training.rewards[rows], training.version[rows],
+                                         logp_old=logp_old, token_weight=weight,
+                                         logp_start=logp_now, entropy_start=ent_now,
                                          policy_pass=kept))
         if self.method.decision_scope == "rollout":
             self._rollout_decision(batches, self._step_seed(step))
@@ -163,7 +265,7 @@ class Trainer:
             return torch.cat([torch.nn.functional.pad(t, (0, length - t.shape[1])) for t in tensors])
 
         device = batches[0].logp_behavior.device
-        logp = stacked([mb.logp_behavior for mb in batches])
+        logp = stacked([mb.logp_old for mb in batches])
         mask = stacked([mb.data.response_mask.to(device) for mb in batches])
         adv = stacked([mb.advantages.to(device)[:, None].expand_as(mb.logp_behavior) for mb in batches])
         entropy = stacked([mb.entropy_behavior for mb in batches])
@@ -188,8 +290,14 @@ class Trainer:
             return {"skipped": True, "skip_reason": done.skip_reason}, out, logp, entropy
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                          self.cfg.train.grad_clip))
-        metrics = update_metrics(out, mb.advantages, mb.data.response_mask, logp, entropy)
-        record = {**metrics, "loss": float(out.loss.detach()), "grad_norm": grad_norm}
+        mask = mb.data.response_mask
+        metrics = update_metrics(out, mb.advantages, mask, logp, entropy)
+        record = {**metrics, "loss": float(out.loss.detach()), "grad_norm": grad_norm,
+                  # clip_grad_norm_ returns the norm before clipping
+                  "grad_clipped": grad_norm > self.cfg.train.grad_clip}
+        record.update(ratio_histogram(out.ratio, mb.advantages, mask))
+        record.update(drift_metrics(logp, mb.logp_behavior, mask.to(logp.device),
+                                    self._lag(mb).to(logp.device), mb.token_weight))
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             record.update(skipped=True, skip_reason="non-finite grad norm", grad_norm=None)
@@ -223,7 +331,8 @@ class Trainer:
                 logp, entropy = response_logprobs(self.model, mb.data)
             try:
                 decision = mb.decision or self._decide(mb, logp, entropy, mask, adv, seed)
-                out = method.loss(logp, mb.logp_behavior, adv, mask, decision)
+                out = method.loss(logp, mb.logp_old, adv, mask, decision,
+                                  token_weight=mb.token_weight)
             except NonFiniteError as e:
                 return UpdatePass(None, None, None, f"non-finite input: {e}")
             if not torch.isfinite(out.loss):
@@ -236,6 +345,7 @@ class Trainer:
         except NonFiniteError as e:
             return UpdatePass(None, None, None, f"non-finite input: {e}")
         denominator = method.denominator(mask, decision)
+        weight = mb.token_weight
         logp_all = torch.zeros(mask.shape, dtype=mb.logp_behavior.dtype, device=device)
         entropy_all = torch.zeros_like(logp_all)
         finite = True
@@ -249,8 +359,9 @@ class Trainer:
                 logp, entropy = response_logprobs(self.model, data)
                 logp_all[rows, :t], entropy_all[rows, :t] = logp.detach(), entropy
                 try:
-                    out = method.loss(logp, mb.logp_behavior[rows, :t], adv[rows], mask[rows, :t],
-                                      decision.take(rows, t), denominator=denominator)
+                    out = method.loss(logp, mb.logp_old[rows, :t], adv[rows], mask[rows, :t],
+                                      decision.take(rows, t), denominator=denominator,
+                                      token_weight=None if weight is None else weight[rows, :t])
                 except NonFiniteError as e:
                     return UpdatePass(None, None, None, f"non-finite input: {e}")
                 finite = finite and bool(torch.isfinite(out.loss))
@@ -258,7 +369,7 @@ class Trainer:
                     out.loss.backward()
             del logp, entropy, out  # this micro-batch's graph and logits go here
         with torch.no_grad():  # the whole mini-batch's loss value and token states
-            out = method.loss(logp_all, mb.logp_behavior, adv, mask, decision)
+            out = method.loss(logp_all, mb.logp_old, adv, mask, decision, token_weight=weight)
         return UpdatePass(out, logp_all, entropy_all, None if finite else "non-finite loss")
 
     def _decide(self, mb: MiniBatch, logp: Tensor, entropy: Tensor | None, mask: Tensor,
@@ -267,7 +378,7 @@ class Trainer:
         if not self.method.decides:
             return Decision()
         return self.method.decide(self.method.decision_inputs(
-            logp, mb.logp_behavior, adv, mask, entropy, seed))
+            logp, mb.logp_old, adv, mask, entropy, seed))
 
     def _whole_batch_decision(self, mb: MiniBatch, mask: Tensor, adv: Tensor, on_policy: bool,
                               seed: int) -> Decision:
@@ -276,9 +387,11 @@ class Trainer:
         if not self.method.decides:
             return Decision()
         if on_policy:
-            # The behaviour pass scored these same micro-batches with these same weights:
+            # This step's pass scored these same micro-batches with these same weights:
             # its numbers are the current policy's, bit for bit, so no second pass.
-            logp, entropy = mb.logp_behavior, mb.entropy_behavior
+            scored = mb.logp_start is not None
+            logp = mb.logp_start if scored else mb.logp_behavior
+            entropy = mb.entropy_start if scored else mb.entropy_behavior
         else:
             with torch.no_grad():
                 logp, entropy = self._score(mb.data, with_entropy=self.method.needs_entropy)
@@ -292,29 +405,35 @@ class Trainer:
             logp_behavior=mb.logp_behavior, logp_sampler=mb.data.sampler_logp, logp=logp,
             ratio=out.ratio, advantages=mb.advantages, entropy=entropy, clip_state=out.clip_state,
             in_loss=out.in_loss, c_low=out.c_low, c_high=out.c_high, rewards=mb.rewards,
-            lengths=mb.data.lengths())
+            lengths=mb.data.lengths(), policy_version=mb.version, lag=self._lag(mb))
+
+    def _lag(self, mb: MiniBatch) -> Tensor:
+        """[b] lag in optimizer updates of each row's data at the current update."""
+        return self._version - mb.version
 
     def train_step(self, state: TrainState) -> dict:
         cfg, step = self.cfg, state.step
         t_step = time.perf_counter()
-        n_prompts = rollout_prompts(cfg.train)
-        problems = [self.task.problem(state.task_position + i) for i in range(n_prompts)]
-        self.backend.sync_weights(self.model)
+        time_rollout = time_behavior = 0.0
+        if step == 0:  # delay: the rollouts of the first steps, by the initial weights
+            for slot in self.source.prestart_slots():
+                t0 = time.perf_counter()
+                early = self._generate(slot, state)
+                t1 = time.perf_counter()
+                self._store_behaviour_now(early)
+                self.source.push_prestart(early)
+                time_rollout, time_behavior = time_rollout + t1 - t0, time_behavior + time.perf_counter() - t1
         t0 = time.perf_counter()
-        roll = self.backend.generate([self.format_prompt(p.prompt) for p in problems],
-                                     num_samples=cfg.train.group_size,
-                                     max_new_tokens=cfg.rollout.max_new_tokens,
-                                     temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                     seed=self._step_seed(step))
-        time_rollout = time.perf_counter() - t0
-        scores = torch.tensor([self.task.score(problems[g], text)
-                               for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
-        rewards = assign_rewards(cfg.task.reward, scores, seed=cfg.seed, step=step, p=cfg.task.reward_p)
-        adv = group_advantages(rewards, cfg.train.group_size, scale_by_std=cfg.train.advantage_std_norm)
+        generated = self._generate(self.source.generated_slot(step), state)
+        time_rollout += time.perf_counter() - t0
         t0 = time.perf_counter()
-        batches = self._minibatches(roll, adv.advantages, rewards, step)
-        time_behavior = time.perf_counter() - t0
-        keep_rows = self._token_sample(roll.size, step)
+        trained = self.source.trained(step, generated, seed=self._step_seed(step) + 2)
+        if not any(r is generated for r in trained):
+            self._store_behaviour_now(generated)
+        training = TrainingSet(trained)
+        batches = self._training_batches(training, step, state)
+        time_behavior += time.perf_counter() - t0
+        keep_rows = self._token_sample(training.size, step)
 
         updates, token_parts, time_update, time_telemetry, applied = [], [], 0.0, 0.0, 0
         self.model.train()
@@ -322,17 +441,22 @@ class Trainer:
             for j, mb in enumerate(batches):
                 t0 = time.perf_counter()
                 update_index = epoch * len(batches) + j
+                self._version = state.policy_version
+                on_policy = applied == 0 and mb.logp_start is not None
                 record, out, logp, entropy = self._update(
-                    mb, on_policy=applied == 0, seed=self._update_seed(step, update_index))
+                    mb, on_policy=on_policy, seed=self._update_seed(step, update_index))
                 dt = time.perf_counter() - t0
                 time_update += dt
                 record.update(step=step, update=update_index, global_update=state.global_update,
-                              policy_lag=applied, time_update_s=dt)
+                              time_update_s=dt)
+                if record.get("policy_lag") is None:  # a skipped update: no drift readings
+                    record["policy_lag"] = float(self._lag(mb).double().mean())
                 state.global_update += 1
                 if record["skipped"]:
                     self._bad_update(state, record)
                 else:
                     applied += 1
+                    state.policy_version += 1
                     state.consecutive_bad_updates = 0
                 t0 = time.perf_counter()
                 self.writer.log_update(record)
@@ -345,8 +469,7 @@ class Trainer:
         if token_parts:
             self.writer.write_tokens(step, concat_columns(token_parts))
         time_telemetry += time.perf_counter() - t0
-        state.task_position += n_prompts
-        record = self._step_record(step, roll, rewards, scores, adv, batches, updates)
+        record = self._step_record(step, generated, training, batches, updates)
         record.update(time_rollout_s=time_rollout, time_behavior_s=time_behavior,
                       time_update_s=time_update, time_telemetry_s=time_telemetry,
                       time_step_s=time.perf_counter() - t_step)
@@ -372,15 +495,27 @@ class Trainer:
                 f"{record['step']} update {record['update']}: {record['skip_reason']}); "
                 f"stopping. The last good checkpoint is kept in {self.checkpoint_dir}")
 
-    def _step_record(self, step, roll, rewards, scores, adv, batches, updates) -> dict:
-        ent = torch.cat([mb.entropy_behavior.cpu()[mb.data.response_mask] for mb in batches])
-        gap = torch.cat([(mb.data.sampler_logp - mb.logp_behavior.cpu())[mb.data.response_mask].abs()
-                         for mb in batches])
-        record = rollout_record(step, rewards, scores >= 1.0,  # the verifier's, whatever the reward
-                                roll.lengths(), adv.advantages,
-                                degenerate_groups=adv.degenerate_groups, num_groups=adv.num_groups,
-                                entropy_mean=float(ent.mean()), sampler_logp_gap=float(gap.mean()))
+    def _step_record(self, step: int, generated: StoredRollout, training: TrainingSet,
+                     batches: list[MiniBatch], updates: list[dict]) -> dict:
+        """The rollout generated this step (the current policy's samples: reward, accuracy,
+        lengths, its entropy), the ages of the rollouts trained on, the updates' means."""
+        readings = generated.readings
+        if not readings:  # trained this step: its behaviour pass ran in the mini-batches
+            mine = [(mb, (training.owner[mb.rows] == 0)) for mb in batches]
+            readings = step_readings(
+                [mb.entropy_behavior.cpu()[rows][mb.data.response_mask[rows]] for mb, rows in mine],
+                [(mb.data.sampler_logp[rows] - mb.logp_behavior.cpu()[rows])[mb.data.response_mask[rows]].abs()
+                 for mb, rows in mine])
+            generated.readings = readings
+        record = rollout_record(step, generated.rewards, generated.scores >= 1.0,  # the verifier's
+                                generated.data.lengths(), generated.advantages,
+                                degenerate_groups=generated.degenerate_groups,
+                                num_groups=generated.num_groups, **readings)
         record.update(update_means(updates))
+        if self.cfg.offpolicy.source != "fresh":
+            record.update(rollout_slots=[r.slot for r in training.rollouts],
+                          rollout_ages=[step - r.generated_at for r in training.rollouts],
+                          rollout_versions=[r.version for r in training.rollouts])
         return record
 
     # -- the loop -------------------------------------------------------------------
@@ -402,7 +537,7 @@ class Trainer:
             state.wall_time_s += time.perf_counter() - t0
             if done % cfg.checkpoint.every == 0 or done == cfg.train.steps:
                 save_checkpoint(self.checkpoint_dir, state, self.model, self.optimizer,
-                                self.scheduler, cfg.checkpoint.keep)
+                                self.scheduler, cfg.checkpoint.keep, schedule=self.schedule_state())
             self.writer.set_status("running")
             bar.set_postfix(self._postfix(record), refresh=False)
             bar.update(1)

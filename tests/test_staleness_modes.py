@@ -10,12 +10,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from src.config import (
-    ConfigError,
-    minibatch_size,
-    rollout_prompts,
-    updates_per_rollout,
-)
+from src.config import ConfigError
+from src.schedule import minibatch_size, rollout_prompts, updates_per_rollout
 from tests.conftest import compose
 from tests.test_e2e import read_metrics, run_smoke
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from src.checkpoint import TrainState
 from src.policy import response_logprobs
+from src.schedule import StoredRollout, TrainingSet
 from src.trainer import MiniBatch, Trainer
 from tests.test_microbatch import ADVANTAGES, _config
 from tests.tiny_policy import B, tiny_model, tiny_rollout
@@ -44,7 +46,8 @@ def test_minibatches_run_one_forward_each_and_keep_only_the_first_graph(monkeypa
         return real(m, batch, **kw)
 
     monkeypatch.setattr(trainer_module, "response_logprobs", counted)
-    batches = trainer._minibatches(data, ADVANTAGES.clone(), torch.zeros(B), step=0)
+    fresh = StoredRollout(0, 0, 0, data, torch.zeros(B), torch.zeros(B), ADVANTAGES.clone(), 0, 2)
+    batches = trainer._training_batches(TrainingSet([fresh]), step=0, state=TrainState())
     assert calls == [True, False]  # mini-batch 0 with grad (kept), mini-batch 1 without
     assert batches[0].policy_pass is not None and batches[1].policy_pass is None
     assert batches[0].policy_pass[0].requires_grad and not batches[0].logp_behavior.requires_grad

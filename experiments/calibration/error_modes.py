@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from analysis.loader import upgrade_method_layout  # noqa: E402
-from src.config import rollout_prompts, validate  # noqa: E402
+from src.config import validate  # noqa: E402
+from src.schedule import rollout_prompts  # noqa: E402
 from src.tasks import get_task  # noqa: E402
 
 _STEP = re.compile(r"(\d+)\+(\d+)=(\d+)")

@@ -227,15 +227,26 @@ class Method:
         raise NotImplementedError
 
     def loss(self, logp: Tensor, logp_behavior: Tensor, advantages: Tensor, mask: Tensor,
-             decision: Decision | None = None, *, denominator: float | None = None) -> PolicyLossOutput:
+             decision: Decision | None = None, *, denominator: float | None = None,
+             token_weight: Tensor | None = None) -> PolicyLossOutput:
         """-aggregate(J_t) over the batch; `denominator`: the whole mini-batch's, when this
-        batch is one micro-batch of it (`surrogate.loss_denominator`)."""
+        batch is one micro-batch of it (`surrogate.loss_denominator`).
+
+        `token_weight` [B, T] (detached): a per-token factor on J_t, applied here for every
+        method: the decoupled objective's behaviour weight (src/schedule/anchors.py).
+        `logp_behavior` is then the proximal policy's, the one the ratio is clipped against.
+        """
         decision = Decision() if decision is None else decision
         x = check_inputs(logp, logp_behavior, advantages, mask)
         t = self.token_objective(x, decision)
-        loss = -aggregate(t.value, t.in_loss, self.aggregation, self.norm_length, denominator=denominator)
+        value, weight = t.value, t.weight.detach()
+        if token_weight is not None:
+            check_finite("token_weight", token_weight, x.mask)
+            factor = token_weight.detach().to(value.dtype)
+            value, weight = value * factor, weight * factor
+        loss = -aggregate(value, t.in_loss, self.aggregation, self.norm_length, denominator=denominator)
         return PolicyLossOutput(loss, x.ratio.detach(), t.state, t.in_loss, t.c_low, t.c_high,
-                                t.weight.detach(), decision)
+                                weight, decision)
 
 
 METHODS: dict[str, type[Method]] = {}

@@ -1,0 +1,55 @@
+"""How k = train.staleness updates are made from one rollout (`train.staleness_mode`).
+
+- minibatch: one rollout of P*G responses, shuffled and split into k mini-batches;
+- fixed_update: a rollout of k*P*G responses split into k mini-batches of P*G, so every
+  update sees as many responses as a 1x update and only the data's age changes;
+- epochs: k full-batch updates on one rollout of P*G (Algorithm 1's inner loop).
+
+`train.epochs = e` repeats the pass over the mini-batches (minibatch and fixed_update).
+Plain functions of the train config, free of torch-side state: config validation, the
+optimizer's warmup and the trainer all read them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
+
+
+def rollout_prompts(train) -> int:
+    """Prompts sampled per rollout: k * prompts_per_step in fixed_update mode."""
+    k = train.staleness if train.staleness_mode == "fixed_update" else 1
+    return train.prompts_per_step * k
+
+
+def minibatch_count(train) -> int:
+    """Mini-batches one pass over a rollout is split into."""
+    return 1 if train.staleness_mode == "epochs" else train.staleness
+
+
+def minibatch_size(train) -> int:
+    """Responses per optimizer update."""
+    return rollout_prompts(train) * train.group_size // minibatch_count(train)
+
+
+def passes_per_rollout(train) -> int:
+    """Passes over a rollout's mini-batches: staleness in epochs mode, else train.epochs."""
+    return train.staleness if train.staleness_mode == "epochs" else train.epochs
+
+
+def updates_per_rollout(train) -> int:
+    return minibatch_count(train) * passes_per_rollout(train)
+
+
+def split_rows(size: int, parts: int, seed: int) -> list[Tensor]:
+    """A seeded shuffle of `size` rows cut into `parts` equal mini-batches, each sorted.
+
+    The same (size, parts, seed) always gives the same rows: a rollout's split can be made
+    when it is generated (its behaviour pass runs on the exact mini-batch tensors) and again
+    when it is trained on, steps later.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(size, generator=gen).view(parts, -1)
+    return [rows.sort().values for rows in perm]

@@ -1,0 +1,289 @@
+"""Off-policy sources and ratio anchors (src/schedule/), checked by hand and against the
+weights that generated each token."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from src.algorithms import build_method
+from src.algorithms.drift import RATIO_BIN_EDGES, drift_metrics, ratio_histogram
+from src.config import ConfigError
+from src.policy import response_logprobs
+from src.schedule import Delay, Replay, StoredRollout, behaviour_weight, split_rows
+from tests.conftest import compose
+from tests.offpolicy_harness import FakeBackend, make_trainer, run_steps
+from tests.tiny_policy import tiny_model
+
+K_UPDATES = 2  # train.staleness in the harness
+
+
+def _rollout_of(trainer, slot: int):
+    """The rollout the fake engine gives for `slot`: its 2 prompts and the slot's seed."""
+    return FakeBackend().generate(["a", "b"], num_samples=4, max_new_tokens=10, temperature=1.0,
+                                  top_p=1.0, seed=trainer._step_seed(slot))
+
+
+# -- the delay queue ---------------------------------------------------------------------
+
+
+def test_delay_trains_on_the_rollout_of_k_steps_earlier_with_its_generators_logprobs(tmp_path):
+    delay, steps = 2, 5
+    trainer, writer = make_trainer(["offpolicy.source=delay", f"offpolicy.delay={delay}"], tmp_path)
+    _, starts = run_steps(trainer, steps)
+    model = tiny_model()
+    for step in range(steps):
+        generated_at = max(0, step - delay)  # slots 0..K-1 come from the initial weights
+        roll = _rollout_of(trainer, step)
+        model.load_state_dict(starts[generated_at])
+        with torch.no_grad():
+            expected_logp, _ = response_logprobs(model, roll)
+        rows = writer.tokens[step]
+        # the rows are the slot's own tokens: the queue handed over the rollout of this step
+        ids = roll.response_ids[rows["response_id"], rows["position"]].numpy()
+        assert np.array_equal(rows["token_id"], ids)
+        want = expected_logp[rows["response_id"], rows["position"]].numpy()
+        np.testing.assert_allclose(rows["logp_behavior"], want, rtol=0, atol=2e-5)
+        version = generated_at * K_UPDATES
+        assert set(rows["policy_version"].tolist()) == {version}
+        assert np.array_equal(rows["lag"], step * K_UPDATES + rows["update"] - version)
+    lags = [(u["step"], u["update"], u["policy_lag"], u["policy_lag_max"]) for u in writer.updates]
+    assert lags == [(s, j, float(s * 2 + j - max(0, s - delay) * 2), s * 2 + j - max(0, s - delay) * 2)
+                    for s in range(steps) for j in range(2)]
+    ages = [r["rollout_ages"] for r in writer.steps]
+    assert ages == [[0], [1], [2], [2], [2]]  # steps 0-1 train on rollouts made before step 0
+
+
+def test_delay_queue_hands_over_in_slot_order():
+    queue = Delay(3)
+    assert queue.prestart_slots() == [0, 1, 2] and queue.generated_slot(5) == 8
+    rollouts = {s: StoredRollout(s, 0, 0, None, None, None, None, 0, 0) for s in range(8)}
+    for s in range(3):
+        queue.push_prestart(rollouts[s])
+    for step in range(5):
+        (got,) = queue.trained(step, rollouts[step + 3], seed=0)
+        assert got is rollouts[step]
+    assert [r.slot for r in queue.in_flight()] == [5, 6, 7]
+
+
+# -- ratio anchors ---------------------------------------------------------------------------
+
+
+def _first_update_ratios(writer, step):
+    rows = writer.tokens[step]
+    return rows["ratio"][rows["update"] == 0]
+
+
+@pytest.mark.parametrize("overrides", [[], ["offpolicy.source=delay", "offpolicy.delay=0"]])
+def test_ratio_is_exactly_one_at_lag_zero(tmp_path, overrides):
+    trainer, writer = make_trainer(overrides, tmp_path)
+    run_steps(trainer, 3)
+    for step in range(3):
+        assert (_first_update_ratios(writer, step) == 1.0).all()
+        rows = writer.tokens[step]
+        assert (rows["lag"] == rows["update"]).all()
+
+
+def test_recompute_gives_ratio_one_at_each_steps_first_update_whatever_the_lag(tmp_path):
+    stale = ["offpolicy.source=delay", "offpolicy.delay=2"]
+    coupled, coupled_writer = make_trainer(stale, tmp_path / "c")
+    recompute, recompute_writer = make_trainer([*stale, "offpolicy.anchor=recompute"], tmp_path / "r")
+    run_steps(coupled, 4)
+    run_steps(recompute, 4)
+    for step in range(4):
+        assert (_first_update_ratios(recompute_writer, step) == 1.0).all()
+        assert (recompute_writer.tokens[step]["lag"] >= 2 * min(step, 2)).all()
+    # coupled sees the age: at step 3 the data is 4-5 updates old
+    assert not np.allclose(_first_update_ratios(coupled_writer, 3), 1.0, atol=1e-6)
+
+
+def test_decoupled_equals_coupled_when_no_data_is_older_than_its_step(tmp_path, capsys):
+    a, wa = make_trainer([], tmp_path / "a")
+    b, wb = make_trainer(["offpolicy.anchor=decoupled"], tmp_path / "b")
+    assert "equals anchor=coupled" in capsys.readouterr().out
+    run_steps(a, 2)
+    run_steps(b, 2)
+    for step in range(2):
+        for key in ("ratio", "logp", "logp_behavior"):
+            assert np.array_equal(wa.tokens[step][key], wb.tokens[step][key])
+
+
+def test_decoupled_loss_is_areals_formula_literally():
+    # AReaL's decoupled PPO, written out token by token:
+    #   w = min(pi_prox / pi_behav, cap), u = pi / pi_prox,
+    #   J = w * min(u A, clip(u, 1 - eps, 1 + eps) A), loss = -mean over tokens of J
+    logp = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, -3.0, -1.0]], dtype=torch.float64,
+                        requires_grad=True)
+    logp_prox = torch.tensor([[-1.1, -0.9, -1.8], [-0.2, -2.0, -1.5]], dtype=torch.float64)
+    logp_behav = torch.tensor([[-1.5, -0.9, -3.1], [-0.1, -2.5, -3.0]], dtype=torch.float64)
+    adv = torch.tensor([1.5, -0.7], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    cap, eps = 2.0, 0.2
+    literal, n = 0.0, 0
+    for i in range(2):
+        for t in range(3):
+            if not mask[i, t]:
+                continue
+            w = min(math.exp(logp_prox[i, t] - logp_behav[i, t]), cap)
+            u = torch.exp(logp[i, t] - logp_prox[i, t])
+            a = float(adv[i])
+            j = w * torch.minimum(u * a, torch.clamp(u, 1 - eps, 1 + eps) * a)
+            literal, n = literal - j, n + 1
+    literal = literal / n
+    (expected_grad,) = torch.autograd.grad(literal, logp)
+
+    ppo = build_method("ppo", {})
+    weight = behaviour_weight(logp_prox, logp_behav, mask, cap)
+    # token (0, 2): pi_prox / pi_behav = e^1.3 = 3.67 is cut to the cap
+    assert weight[0, 2] == 2.0 and weight[1, 2] == 1.0  # padding gets 1
+    out = ppo.loss(logp, logp_prox, adv, mask, token_weight=weight)
+    assert float(out.loss) == pytest.approx(float(literal), rel=1e-12)
+    (grad,) = torch.autograd.grad(out.loss, logp)
+    assert torch.allclose(grad, expected_grad, rtol=1e-12, atol=1e-15)
+
+
+# -- replay ----------------------------------------------------------------------------------
+
+
+def test_replay_draws_are_seeded_from_the_buffer_before_the_step():
+    def fill(seed_of_step):
+        source = Replay(capacity=3, draws=2)
+        history = []
+        for step in range(6):
+            fresh = StoredRollout(step, 0, step, None, None, None, None, 0, 0)
+            trained = source.trained(step, fresh, seed=seed_of_step(step))
+            assert trained[0] is fresh and fresh not in trained[1:]
+            history.append([r.slot for r in trained])
+        return history
+
+    a, b = fill(lambda s: 100 + s), fill(lambda s: 100 + s)
+    assert a == b  # seeded: the same draws
+    assert a[0] == [0] and a[1] == [1, 0] and sorted(a[2][1:]) == [0, 1]
+    for step, slots in enumerate(a):
+        drawn = slots[1:]
+        assert len(drawn) == min(2, step) and len(set(drawn)) == len(drawn)
+        assert all(max(0, step - 3) <= s < step for s in drawn)  # the last 3 before this one
+    draws = {tuple(fill(lambda s, k=k: k * 1000 + s)[5]) for k in range(10)}
+    assert len(draws) > 1  # the seed moves the draw
+
+
+def test_replay_run_is_deterministic_and_logs_the_ages(tmp_path):
+    overrides = ["offpolicy.source=replay", "offpolicy.replay_capacity=2", "offpolicy.replay_draws=1"]
+    a, wa = make_trainer(overrides, tmp_path / "a")
+    b, wb = make_trainer(overrides, tmp_path / "b")
+    run_steps(a, 4)
+    run_steps(b, 4)
+    strip = [{k: v for k, v in r.items() if not k.startswith("time_")} for r in wa.updates]
+    assert strip == [{k: v for k, v in r.items() if not k.startswith("time_")} for r in wb.updates]
+    assert [len(r["rollout_slots"]) for r in wa.steps] == [1, 2, 2, 2]
+    assert all(r["rollout_slots"][0] == r["step"] for r in wa.steps)
+    assert [len([u for u in wa.updates if u["step"] == s]) for s in range(4)] == [2, 4, 4, 4]
+    for r in wa.steps[1:]:  # the drawn rollout is one of the last two
+        assert r["rollout_ages"][1] in (1, 2) and r["policy_lag_max"] >= 2
+
+
+# -- telemetry ---------------------------------------------------------------------------------
+
+
+def test_drift_metrics_by_hand():
+    logp_b = torch.zeros(1, 4)
+    logp = torch.log(torch.tensor([[1.0, 2.0, 0.5, 9.0]]))
+    mask = torch.tensor([[True, True, True, False]])
+    weight = torch.tensor([[1.0, 2.0, 0.25, 7.0]])
+    out = drift_metrics(logp, logp_b, mask, torch.tensor([3]), weight)
+    l2 = math.log(2)
+    assert out["behav_abs_log_ratio_mean"] == pytest.approx(2 * l2 / 3)
+    assert out["behav_kl_k1"] == pytest.approx(0.0, abs=1e-9)  # -(0 + l2 - l2) / 3
+    # k3 = (r - 1) - log r: 0, 1 - l2, -0.5 + l2
+    assert out["behav_kl_k3"] == pytest.approx(0.5 / 3)
+    assert out["behav_m2"] == pytest.approx(2 * l2 ** 2 / 3)
+    assert out["behav_ess"] == pytest.approx(3.5 ** 2 / (3 * 5.25))
+    assert (out["behav_weight_min"], out["behav_weight_mean"], out["behav_weight_max"]) == \
+        (pytest.approx(0.25), pytest.approx(3.25 / 3), pytest.approx(2.0))
+    assert (out["policy_lag"], out["policy_lag_max"]) == (3.0, 3)
+
+
+def test_ratio_histogram_bins_are_right_closed():
+    ratio = torch.tensor([[0.2, 0.21, 1.0, 1.2, 2.0, 2.5, 0.9, 0.1]])
+    adv = torch.tensor([[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, -1.0, -1.0]])
+    out = ratio_histogram(ratio, adv, torch.ones(1, 8, dtype=torch.bool))
+    assert len(RATIO_BIN_EDGES) + 1 == 8
+    assert out["ratio_hist_pos"] == [1, 1, 0, 1, 1, 0, 1, 1]  # 0.2 | 0.21 | . | 1.0 | 1.2 | . | 2.0 | 2.5
+    assert out["ratio_hist_neg"] == [1, 0, 0, 1, 0, 0, 0, 0]
+
+
+# -- micro-batching under the anchors -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["ppo", "bapo", "top_entropy", "m2po", "cispo"])
+def test_micro_batches_give_the_whole_gradient_with_a_proximal_anchor_and_weights(method):
+    from src.trainer import MiniBatch, Trainer
+    from tests.test_microbatch import ADVANTAGES, _config
+    from tests.tiny_policy import B, tiny_rollout
+
+    model, data = tiny_model(), tiny_rollout()
+    with torch.no_grad():
+        logp, ent = response_logprobs(model, data)
+    gen = torch.Generator().manual_seed(3)
+    logp_b = logp + 0.3 * torch.randn(logp.shape, generator=gen)
+    logp_prox = logp + 0.1 * torch.randn(logp.shape, generator=gen)
+    weight = behaviour_weight(logp_prox, logp_b, data.response_mask, 2.0)
+    grads = []
+    for micro in (None, 2):
+        trainer = Trainer(_config(method, "token-mean", micro), model, None, None, None, None,
+                          None, None, None)
+        mb = MiniBatch(torch.arange(B), data, logp_b, ent, ADVANTAGES.clone(), torch.zeros(B),
+                       logp_old=logp_prox, token_weight=weight)
+        model.zero_grad(set_to_none=True)
+        done = trainer._backward(mb, seed=5)
+        assert done.skip_reason is None
+        grads.append([p.grad.detach().clone() for p in model.parameters()])
+    for whole, micro in zip(*grads, strict=True):
+        assert torch.allclose(whole, micro, rtol=1e-5, atol=1e-7)
+
+
+# -- the split and the config -------------------------------------------------------------------
+
+
+def test_split_rows_is_todays_minibatch_permutation():
+    gen = torch.Generator().manual_seed(42)
+    perm = torch.randperm(12, generator=gen).view(3, -1)
+    assert [r.tolist() for r in split_rows(12, 3, 42)] == [p.sort().values.tolist() for p in perm]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["offpolicy.source=delay"], "offpolicy.delay must be set with offpolicy.source=delay"),
+    (["offpolicy.source=delay", "offpolicy.delay=-1"], "offpolicy.delay must be >= 0"),
+    (["offpolicy.source=replay", "offpolicy.replay_capacity=2", "offpolicy.replay_draws=3"],
+     "offpolicy.replay_draws is 3: that draws more rollouts than the buffer holds"),
+    (["offpolicy.source=delay", "offpolicy.delay=2", "offpolicy.replay_draws=1"],
+     "offpolicy.replay_draws belongs to offpolicy.source=replay, but the source is delay"),
+    (["offpolicy.delay=4"], "offpolicy.delay belongs to offpolicy.source=delay"),
+    (["offpolicy.anchor=decoupled", "offpolicy.weight_cap=0"], "offpolicy.weight_cap must be a finite number > 0"),
+    (["offpolicy.anchor=proximal"], "offpolicy.anchor must be one of"),
+    (["offpolicy.source=queue"], "offpolicy.source must be one of"),
+])
+def test_bad_offpolicy_values_name_their_key(overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        compose(overrides)
+
+
+def test_replay_defaults_and_stored_configs_without_the_section():
+    from src.config import OffPolicyConfig, to_container
+    from src.run_dir import ADDED_SECTIONS, config_differences, upgrade_config
+
+    cfg = compose(["offpolicy.source=replay"])
+    assert (cfg.offpolicy.replay_capacity, cfg.offpolicy.replay_draws) == (4, 1)
+    defaults = to_container(compose([]))["offpolicy"]
+    assert ADDED_SECTIONS["offpolicy"] == defaults == vars(OffPolicyConfig())
+    # a run dir committed before the section existed holds the default run
+    old = copy.deepcopy(to_container(compose([])))
+    del old["offpolicy"]
+    assert config_differences(upgrade_config(old), to_container(compose([]))) == []
+    delayed = to_container(compose(["offpolicy.source=delay", "offpolicy.delay=3"]))
+    keys = [k for k, _, _ in config_differences(upgrade_config(old), delayed)]
+    assert keys == ["offpolicy.delay", "offpolicy.source"]
