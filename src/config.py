@@ -151,7 +151,8 @@ class TrainConfig:
 
 
 # Keys that belong to one source only; set under another they are a config error.
-SOURCE_KEYS = {"delay": ("delay",), "replay": ("replay_capacity", "replay_draws")}
+SOURCE_KEYS = {"delay": ("delay",), "replay": ("replay_capacity", "replay_draws"),
+               "partial": ("token_budget", "mask_stale_prefix")}
 REPLAY_DEFAULTS = {"replay_capacity": 4, "replay_draws": 1}
 
 
@@ -171,6 +172,8 @@ class OffPolicyConfig:
     delay: int | None = None  # delay: K steps between generating a rollout and training on it
     replay_capacity: int | None = None  # replay: rollouts kept (default 4)
     replay_draws: int | None = None  # replay: rollouts drawn per step (default 1)
+    token_budget: int | None = None  # partial: new tokens a response may get per step
+    mask_stale_prefix: bool | None = None  # partial: keep older segments out of the loss (default false)
 
 
 @dataclass
@@ -337,6 +340,19 @@ def _check_offpolicy(o: OffPolicyConfig) -> None:
                  f"(offpolicy.replay_capacity={o.replay_capacity}); draw at most that many")
 
 
+def _check_partial(c: Config) -> None:
+    o = c.offpolicy
+    if o.source != "partial":
+        return
+    _require(o.token_budget is not None, "offpolicy.token_budget",
+             "must be set with offpolicy.source=partial: the new tokens a response may get per step")
+    _require(o.token_budget >= 1, "offpolicy.token_budget", f"must be >= 1, got {o.token_budget}")
+    if o.mask_stale_prefix is None:
+        o.mask_stale_prefix = False
+    _require(c.rollout.backend == "hf", "offpolicy.source",
+             "=partial continues responses on the hf rollout engine only; use rollout=hf")
+
+
 def _check_rest(c: Config) -> None:
     _require(c.seed >= 0, "seed", f"must be >= 0, got {c.seed}")
     _require(c.resume in ("auto", "true", "false"), "resume", f"must be auto, true or false, got {c.resume!r}")
@@ -420,6 +436,7 @@ def validate(cfg: DictConfig | dict) -> Config:
     _check_method(config.method)
     _check_train(config.train)
     _check_offpolicy(config.offpolicy)
+    _check_partial(config)
     _check_rest(config)
     return config
 

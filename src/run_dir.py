@@ -50,7 +50,8 @@ LEGACY_METHOD_PARAMS = {
 # the dataclass defaults in src/config.py).
 ADDED_SECTIONS = {
     "offpolicy": {"source": "fresh", "anchor": "coupled", "weight_cap": 2.0, "delay": None,
-                  "replay_capacity": None, "replay_draws": None},
+                  "replay_capacity": None, "replay_draws": None, "token_budget": None,
+                  "mask_stale_prefix": None},
 }
 # The parts of the path itself: never repeated in the tag.
 PATH_KEYS = ("experiment", "method", "seed")

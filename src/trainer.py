@@ -49,15 +49,20 @@ from src.policy import response_logprobs
 from src.records import concat_columns, rollout_record, step_readings, token_columns, update_means
 from src.rollout import Rollout, RolloutBackend
 from src.schedule import (
+    InFlight,
+    Partial,
     StoredRollout,
     TrainingSet,
     anchored,
     build_source,
     minibatch_count,
+    minibatch_size,
     needs_proximal,
     passes_per_rollout,
+    responses_rollout,
     rollout_prompts,
     split_rows,
+    stale_prefix,
 )
 from src.tasks.rewards import assign_rewards
 from src.telemetry import RunWriter
@@ -75,7 +80,9 @@ class MiniBatch:
     entropy_behavior: Tensor
     advantages: Tensor  # [b] per response
     rewards: Tensor
-    version: Tensor | None = None  # [b] policy version (optimizer steps) that generated each row; None: 0
+    # [b, T] policy version (optimizer steps applied) that generated each token; None: 0
+    version: Tensor | None = None
+    loss_keep: Tensor | None = None  # [b, T] False on tokens kept out of the loss (None: all in)
     # The log-probs the ratio is taken against (offpolicy.anchor) and the decoupled
     # objective's behaviour weight (None: 1).
     logp_old: Tensor | None = None
@@ -93,7 +100,14 @@ class MiniBatch:
         if self.logp_old is None:
             self.logp_old = self.logp_behavior
         if self.version is None:
-            self.version = torch.zeros(self.rows.shape[0], dtype=torch.long)
+            self.version = torch.zeros(self.data.response_ids.shape, dtype=torch.long)
+
+    @property
+    def loss_mask(self) -> Tensor:
+        """The response tokens the loss and its metrics read (partial rollouts can keep a
+        stale prefix out); the attention always sees every response token."""
+        mask = self.data.response_mask
+        return mask if self.loss_keep is None else mask & self.loss_keep
 
 
 @dataclass
@@ -163,6 +177,72 @@ class Trainer:
         return StoredRollout(slot, state.policy_version, state.step, roll, rewards, scores,
                              adv.advantages, adv.degenerate_groups, adv.num_groups)
 
+    def _generate_partial(self, state: TrainState) -> StoredRollout | None:
+        """Partial rollouts: start this step's groups and continue every unfinished response,
+        each by at most `offpolicy.token_budget` tokens under the current weights; score the
+        new tokens with these weights; return the groups that ended (None if none did)."""
+        cfg, source, step = self.cfg, self.source, state.step
+        budget, limit = cfg.offpolicy.token_budget, cfg.rollout.max_new_tokens
+        eos = self.tokenizer.eos_token_id
+        carried = [r for r in source.responses if not r.done]
+        n_prompts = rollout_prompts(cfg.train)
+        problems = [self.task.problem(state.task_position + i) for i in range(n_prompts)]
+        state.task_position += n_prompts
+        self.backend.sync_weights(self.model)
+        roll = self.backend.generate([self.format_prompt(p.prompt) for p in problems],
+                                     num_samples=cfg.train.group_size,
+                                     max_new_tokens=min(budget, limit),
+                                     temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                     seed=self._step_seed(step))
+        touched = []
+        for i in range(roll.size):
+            g, n = int(roll.group_ids[i]), int(roll.lengths()[i])
+            r = InFlight(step, g, problems[g], roll.prompt_ids[i][roll.prompt_mask[i]])
+            r.tokens, r.sampler_logp = roll.response_ids[i, :n].tolist(), roll.sampler_logp[i, :n].tolist()
+            touched.append((r, 0))
+            source.responses.append(r)
+        if carried:
+            caps = [min(budget, limit - len(r.tokens)) for r in carried]
+            new = self.backend.continue_responses([r.context() for r in carried], caps,
+                                                  temperature=cfg.rollout.temperature,
+                                                  top_p=cfg.rollout.top_p, seed=self._step_seed(step) + 3)
+            for r, (tokens, logps) in zip(carried, new, strict=True):
+                touched.append((r, len(r.tokens)))
+                r.tokens += tokens
+                r.sampler_logp += logps
+        # The new tokens' behaviour log-probs, by the weights that generated them.
+        width = minibatch_size_of(cfg)
+        with torch.no_grad():
+            for start in range(0, len(touched), width):
+                part = touched[start:start + width]
+                scored, _ = responses_rollout([r for r, _ in part], self.tokenizer.pad_token_id,
+                                              [""] * len(part), per_token=False)
+                logp, entropy = self._score(scored)
+                for row, (r, begin) in enumerate(part):
+                    r.logp_behavior += logp[row, begin:len(r.tokens)].tolist()
+                    r.entropy_behavior += entropy[row, begin:len(r.tokens)].tolist()
+                    r.version += [state.policy_version] * (len(r.tokens) - begin)
+                    r.done = (bool(r.tokens) and r.tokens[-1] == eos) or len(r.tokens) >= limit
+        ended = [r for group in source.completed_groups() for r in group]
+        if not ended:
+            return None
+        texts = self.tokenizer.batch_decode([r.tokens for r in ended], skip_special_tokens=True)
+        data, per_token = responses_rollout(ended, self.tokenizer.pad_token_id, texts)
+        scores = torch.tensor([self.task.score(r.problem, text) for r, text in zip(ended, texts, strict=True)])
+        rewards = assign_rewards(cfg.task.reward, scores, seed=cfg.seed, step=step, p=cfg.task.reward_p)
+        adv = group_advantages(rewards, cfg.train.group_size, scale_by_std=cfg.train.advantage_std_norm)
+        version = per_token["token_version"]
+        stored = StoredRollout(step, int(version[data.response_mask].min()), step, data, rewards, scores,
+                               adv.advantages, adv.degenerate_groups, adv.num_groups,
+                               logp_behavior=per_token["logp_behavior"],
+                               entropy_behavior=per_token["entropy_behavior"], token_version=version)
+        if cfg.offpolicy.mask_stale_prefix:
+            stored.loss_keep = ~stale_prefix(version, data.response_mask)
+        mask = data.response_mask
+        stored.readings = step_readings([stored.entropy_behavior[mask]],
+                                        [(data.sampler_logp - stored.logp_behavior)[mask].abs()])
+        return stored
+
     def _store_behaviour_now(self, stored: StoredRollout) -> None:
         """The behaviour pass of a rollout trained at a later step, by the weights that just
         generated it, on the exact mini-batch tensors it will be trained on (its split is
@@ -189,7 +269,7 @@ class Trainer:
         """
         cfg = self.cfg
         parts = minibatch_count(cfg.train) * len(training.rollouts)
-        stale = bool((training.version < state.policy_version).any())
+        stale = bool(((training.version < state.policy_version) & training.data.response_mask).any())
         proximal = needs_proximal(cfg.offpolicy.anchor) and stale
         batches: list[MiniBatch] = []
         with torch.no_grad():
@@ -213,7 +293,8 @@ class Trainer:
                                             logp_now if proximal else None,
                                             data.response_mask.to(logp_b.device), cfg.offpolicy.weight_cap)
                 batches.append(MiniBatch(rows, data, logp_b, ent_b, training.advantages[rows],
-                                         training.rewards[rows], training.version[rows],
+                                         training.rewards[rows], training.version[rows, :t],
+                                         loss_keep=training.loss_keep[rows, :t],
                                          logp_old=logp_old, token_weight=weight,
                                          logp_start=logp_now, entropy_start=ent_now,
                                          policy_pass=kept))
@@ -266,7 +347,7 @@ class Trainer:
 
         device = batches[0].logp_behavior.device
         logp = stacked([mb.logp_old for mb in batches])
-        mask = stacked([mb.data.response_mask.to(device) for mb in batches])
+        mask = stacked([mb.loss_mask.to(device) for mb in batches])
         adv = stacked([mb.advantages.to(device)[:, None].expand_as(mb.logp_behavior) for mb in batches])
         entropy = stacked([mb.entropy_behavior for mb in batches])
         decision = self.method.decide(self.method.decision_inputs(logp, logp, adv, mask, entropy, seed))
@@ -290,7 +371,7 @@ class Trainer:
             return {"skipped": True, "skip_reason": done.skip_reason}, out, logp, entropy
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                          self.cfg.train.grad_clip))
-        mask = mb.data.response_mask
+        mask = mb.loss_mask
         metrics = update_metrics(out, mb.advantages, mask, logp, entropy)
         record = {**metrics, "loss": float(out.loss.detach()), "grad_norm": grad_norm,
                   # clip_grad_norm_ returns the norm before clipping
@@ -322,7 +403,7 @@ class Trainer:
         forward/backward per micro-batch; the result is that of one pass over the whole."""
         method = self.method
         device = mb.logp_behavior.device
-        mask, adv = mb.data.response_mask.to(device), mb.advantages.to(device)
+        mask, adv = mb.loss_mask.to(device), mb.advantages.to(device)
         parts = self._micro_slices(mb.data.size)
         if len(parts) == 1:
             if mb.policy_pass is not None:  # the behaviour pass's forward, with its graph
@@ -408,7 +489,7 @@ class Trainer:
             lengths=mb.data.lengths(), policy_version=mb.version, lag=self._lag(mb))
 
     def _lag(self, mb: MiniBatch) -> Tensor:
-        """[b] lag in optimizer updates of each row's data at the current update."""
+        """[b, T] lag in optimizer updates of each token at the current update."""
         return self._version - mb.version
 
     def train_step(self, state: TrainState) -> dict:
@@ -424,8 +505,14 @@ class Trainer:
                 self.source.push_prestart(early)
                 time_rollout, time_behavior = time_rollout + t1 - t0, time_behavior + time.perf_counter() - t1
         t0 = time.perf_counter()
-        generated = self._generate(self.source.generated_slot(step), state)
-        time_rollout += time.perf_counter() - t0
+        if isinstance(self.source, Partial):
+            generated = self._generate_partial(state)
+            time_rollout += time.perf_counter() - t0
+            if generated is None:  # no group ended this step: nothing to train on
+                return self._idle_step(step, t_step, time_rollout)
+        else:
+            generated = self._generate(self.source.generated_slot(step), state)
+            time_rollout += time.perf_counter() - t0
         t0 = time.perf_counter()
         trained = self.source.trained(step, generated, seed=self._step_seed(step) + 2)
         if not any(r is generated for r in trained):
@@ -476,6 +563,18 @@ class Trainer:
         self.writer.log_step(record)
         return record
 
+    def _idle_step(self, step: int, t_step: float, time_rollout: float) -> dict:
+        """A partial-rollout step at which no group ended: generation only, no update."""
+        record = {"step": step, "reward_mean": None, "accuracy": None, "num_groups": 0,
+                  "degenerate_groups": 0, "entropy_mean": None, **update_means([]),
+                  **self._partial_record(), "time_rollout_s": time_rollout,
+                  "time_step_s": time.perf_counter() - t_step}
+        self.writer.log_step(record)
+        return record
+
+    def _partial_record(self) -> dict:
+        return {"in_flight_responses": len(self.source.responses)} if isinstance(self.source, Partial) else {}
+
     def _token_sample(self, size: int, step: int) -> Tensor:
         frac = self.cfg.logger.token_fraction
         if frac >= 1.0:
@@ -512,6 +611,7 @@ class Trainer:
                                 degenerate_groups=generated.degenerate_groups,
                                 num_groups=generated.num_groups, **readings)
         record.update(update_means(updates))
+        record.update(self._partial_record())
         if self.cfg.offpolicy.source != "fresh":
             record.update(rollout_slots=[r.slot for r in training.rollouts],
                           rollout_ages=[step - r.generated_at for r in training.rollouts],
@@ -549,6 +649,11 @@ class Trainer:
         if record.get("c_low") is not None and record.get("c_high") is not None:
             post.update(c_low=f"{record['c_low']:.2f}", c_high=f"{record['c_high']:.2f}")
         return post
+
+
+def minibatch_size_of(cfg: Config) -> int:
+    """Rows per behaviour pass over partial responses: the update's mini-batch size."""
+    return cfg.train.micro_batch_size or minibatch_size(cfg.train)
 
 
 def _rows(data: Rollout, rows: slice) -> Rollout:

@@ -22,11 +22,12 @@ def _tokens(run_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source", [
-    ["offpolicy.source=delay", "offpolicy.delay=2", "offpolicy.anchor=decoupled"],
-    ["offpolicy.source=replay", "offpolicy.replay_capacity=2", "offpolicy.replay_draws=1"],
-], ids=["delay", "replay"])
-def test_sigkill_with_data_in_flight_then_resume_matches(tmp_path, smoke_overrides, source):
+@pytest.mark.parametrize(("source", "held_key"), [
+    (["offpolicy.source=delay", "offpolicy.delay=2", "offpolicy.anchor=decoupled"], "queue"),
+    (["offpolicy.source=replay", "offpolicy.replay_capacity=2", "offpolicy.replay_draws=1"], "buffer"),
+    (["offpolicy.source=partial", "offpolicy.token_budget=6"], "responses"),
+], ids=["delay", "replay", "partial"])
+def test_sigkill_with_data_in_flight_then_resume_matches(tmp_path, smoke_overrides, source, held_key):
     overrides = [*smoke_overrides, *source, "method=bapo", "train.steps=5", "checkpoint.every=1",
                  "eval.every=5"]
     reference = tmp_path / "reference"
@@ -49,10 +50,11 @@ def test_sigkill_with_data_in_flight_then_resume_matches(tmp_path, smoke_overrid
     proc.wait()
     import torch
 
-    in_flight = torch.load(checkpoint, weights_only=False)["schedule"]
-    held = in_flight.get("queue", in_flight.get("buffer"))
-    assert len(held) == 2  # the queue holds the next two steps' rollouts; the buffer two old ones
-    assert all(r.logp_behavior is not None for r in held)
+    held = torch.load(checkpoint, weights_only=False)["schedule"][held_key]
+    if held_key == "responses":  # unfinished responses, each token with its log-prob
+        assert held and all(len(r.logp_behavior) == len(r.tokens) > 0 for r in held)
+    else:  # the queue holds the next two steps' rollouts, the buffer the last two
+        assert len(held) == 2 and all(r.logp_behavior is not None for r in held)
 
     resumed = subprocess.run(_cli(overrides, crashed), cwd=REPO, capture_output=True, text=True,
                              timeout=900)

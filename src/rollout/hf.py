@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from src.models.decoding import decode
@@ -28,6 +29,33 @@ class HFRollout:
 
     def close(self) -> None:
         pass
+
+    @torch.no_grad()
+    def continue_responses(self, contexts: list[Tensor], caps: list[int], *, temperature: float = 1.0,
+                           top_p: float = 1.0, seed: int = 0, greedy: bool = False
+                           ) -> list[tuple[list[int], list[float]]]:
+        """Continue each context (prompt ids + the response so far, 1-D, no padding) by up to
+        `caps[i]` tokens under the current weights: a new prefill of the whole context, then
+        the same decode loop as `generate`. Returns (new tokens, their sampler log-probs) per
+        row, up to and including an EOS. Partial rollouts (src/schedule/partial.py) use it."""
+        tok = self.tokenizer
+        width = max(int(c.numel()) for c in contexts)
+        ids = torch.full((len(contexts), width), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros(len(contexts), width, dtype=torch.bool)
+        for i, c in enumerate(contexts):  # left-padded, as `generate` pads its prompts
+            ids[i, width - c.numel():], mask[i, width - c.numel():] = c, True
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        generator = torch.Generator(device=device).manual_seed(seed)
+        try:
+            out = decode(self.model, ids.to(device), mask.to(device), max_new_tokens=max(caps),
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                         temperature=temperature, top_p=top_p, greedy=greedy, generator=generator)
+        finally:
+            self.model.train(was_training)
+        return [(out.tokens[i, :min(int(out.lengths[i]), cap)].tolist(),
+                 out.logp[i, :min(int(out.lengths[i]), cap)].tolist()) for i, cap in enumerate(caps)]
 
     @torch.no_grad()
     def generate(self, prompts: list[str], *, num_samples: int, max_new_tokens: int,

@@ -7,6 +7,7 @@ loop.
 """
 
 from src.schedule.anchors import ANCHORS, anchored, behaviour_weight, needs_proximal
+from src.schedule.partial import InFlight, Partial, responses_rollout, stale_prefix
 from src.schedule.sources import SOURCES, Delay, Fresh, Replay, Source, build_source
 from src.schedule.split import (
     STALENESS_MODES,
@@ -20,7 +21,7 @@ from src.schedule.split import (
 from src.schedule.stored import StoredRollout, TrainingSet, concat_rollouts
 
 __all__ = [
-    "ANCHORS", "SOURCES", "STALENESS_MODES", "Delay", "Fresh", "Replay", "Source",
+    "ANCHORS", "SOURCES", "InFlight", "Partial", "responses_rollout", "stale_prefix", "STALENESS_MODES", "Delay", "Fresh", "Replay", "Source",
     "StoredRollout", "TrainingSet", "anchored", "behaviour_weight", "build_source",
     "concat_rollouts", "minibatch_count", "minibatch_size", "needs_proximal",
     "passes_per_rollout", "rollout_prompts", "split_rows", "updates_per_rollout",

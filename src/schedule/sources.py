@@ -7,6 +7,8 @@
   per rollout the lag is K*k .. K*k + k - 1 updates.
 - replay: a buffer of the last C rollouts; each step trains on the fresh rollout plus R
   rollouts drawn from the buffer without replacement (seeded by the step).
+- partial: a per-step token budget; unfinished responses continue at the next step under
+  the new weights (src/schedule/partial.py).
 
 A rollout's slot is the step whose problems and sampling seed it holds; it is trained at
 step == slot under delay, so runs at different lags see the same prompts at the same step.
@@ -21,7 +23,7 @@ import torch
 
 from src.schedule.stored import StoredRollout
 
-SOURCES = ("fresh", "delay", "replay")
+SOURCES = ("fresh", "delay", "replay", "partial")
 
 
 class Source:
@@ -123,4 +125,8 @@ def build_source(offpolicy) -> Source:
         return Delay(offpolicy.delay)
     if offpolicy.source == "replay":
         return Replay(offpolicy.replay_capacity, offpolicy.replay_draws)
+    if offpolicy.source == "partial":
+        from src.schedule.partial import Partial  # it subclasses Source
+
+        return Partial(offpolicy.token_budget, bool(offpolicy.mask_stale_prefix))
     return Fresh()

@@ -44,12 +44,14 @@ def updates_per_rollout(train) -> int:
 
 
 def split_rows(size: int, parts: int, seed: int) -> list[Tensor]:
-    """A seeded shuffle of `size` rows cut into `parts` equal mini-batches, each sorted.
+    """A seeded shuffle of `size` rows cut into `parts` mini-batches, each sorted.
 
     The same (size, parts, seed) always gives the same rows: a rollout's split can be made
     when it is generated (its behaviour pass runs on the exact mini-batch tensors) and again
     when it is trained on, steps later.
     """
     gen = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(size, generator=gen).view(parts, -1)
-    return [rows.sort().values for rows in perm]
+    perm = torch.randperm(size, generator=gen)
+    # Equal parts when `parts` divides `size` (every source but partial rollouts, whose
+    # number of ended groups varies); otherwise sizes differ by at most one.
+    return [rows.sort().values for rows in torch.tensor_split(perm, min(parts, size)) if rows.numel()]

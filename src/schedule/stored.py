@@ -28,6 +28,21 @@ class StoredRollout:
     entropy_behavior: Tensor | None = None
     # step-level readings of the generating policy on its own samples, set with the pass
     readings: dict = field(default_factory=dict)
+    # partial rollouts: [B, T] the version that generated each token (None: `version`) and
+    # the tokens kept in the loss (None: all)
+    token_version: Tensor | None = None
+    loss_keep: Tensor | None = None
+
+    def versions(self) -> Tensor:
+        """[B, T] the policy version of every token."""
+        if self.token_version is not None:
+            return self.token_version
+        return torch.full(self.data.response_ids.shape, self.version, dtype=torch.long)
+
+    def kept(self) -> Tensor:
+        if self.loss_keep is not None:
+            return self.loss_keep
+        return torch.ones(self.data.response_ids.shape, dtype=torch.bool)
 
     @property
     def size(self) -> int:
@@ -39,9 +54,10 @@ class StoredRollout:
             shape = self.data.response_ids.shape
             self.logp_behavior = torch.zeros(shape, dtype=logp.dtype)
             self.entropy_behavior = torch.zeros(shape, dtype=entropy.dtype)
-        t = logp.shape[1]
-        self.logp_behavior[rows, :t] = logp.detach().cpu()
-        self.entropy_behavior[rows, :t] = entropy.detach().cpu()
+        # a mini-batch mixing rollouts may be wider than this one: the rest is padding here
+        t = min(logp.shape[1], self.logp_behavior.shape[1])
+        self.logp_behavior[rows, :t] = logp.detach().cpu()[:, :t]
+        self.entropy_behavior[rows, :t] = entropy.detach().cpu()[:, :t]
 
 
 def _pad_left(x: Tensor, width: int, value=0) -> Tensor:
@@ -91,7 +107,8 @@ class TrainingSet:
         self.local = torch.cat([torch.arange(r.size) for r in self.rollouts])
         self.advantages = torch.cat([r.advantages for r in self.rollouts])
         self.rewards = torch.cat([r.rewards for r in self.rollouts])
-        self.version = torch.tensor([r.version for r in self.rollouts])[self.owner]
+        self.version = torch.cat([_pad_right(r.versions(), t) for r in self.rollouts])
+        self.loss_keep = torch.cat([_pad_right(r.kept(), t, True) for r in self.rollouts])
         self.pending = torch.tensor([r.logp_behavior is None for r in self.rollouts])[self.owner]
         self.logp_behavior = torch.cat([_pad_right(_or_zeros(r.logp_behavior, r), t)
                                         for r in self.rollouts])
