@@ -25,10 +25,10 @@ STEP_MEAN_KEYS = ("clip_frac", "clip_low_frac", "clip_high_frac", "masked_frac",
                   "contrib_value_pos_share", "c_low", "c_high", "rho", "grad_norm", "kl_k3",
                   "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1", "m2", "grad_clipped",
                   "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1", "behav_kl_k3", "behav_m2",
-                  "behav_ess", "behav_weight_mean")
+                  "behav_ess", "behav_weight_mean", "version_span_mean")
 # Summed over a step's updates (per-bin counts) and the step's maximum.
 STEP_SUM_LIST_KEYS = ("ratio_hist_pos", "ratio_hist_neg")
-STEP_MAX_KEYS = ("policy_lag_max", "behav_weight_max")
+STEP_MAX_KEYS = ("policy_lag_max", "behav_weight_max", "version_span_max")
 _CLIP_NAMES = np.array(CLIP_STATES)
 
 

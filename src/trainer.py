@@ -377,7 +377,8 @@ class Trainer:
                   # clip_grad_norm_ returns the norm before clipping
                   "grad_clipped": grad_norm > self.cfg.train.grad_clip}
         record.update(ratio_histogram(out.ratio, mb.advantages, mask))
-        record.update(drift_metrics(logp, mb.logp_behavior, mask.to(logp.device),
+        # the drift of the data (every response token, a masked stale prefix included)
+        record.update(drift_metrics(logp, mb.logp_behavior, mb.data.response_mask.to(logp.device),
                                     self._lag(mb).to(logp.device), mb.token_weight))
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)

@@ -205,6 +205,13 @@ def test_drift_metrics_by_hand():
     assert (out["behav_weight_min"], out["behav_weight_mean"], out["behav_weight_max"]) == \
         (pytest.approx(0.25), pytest.approx(3.25 / 3), pytest.approx(2.0))
     assert (out["policy_lag"], out["policy_lag_max"]) == (3.0, 3)
+    assert (out["version_span_mean"], out["version_span_max"]) == (0.0, 0)
+    # two responses: lags 5, 5, 2 (span 3) and 1 (span 0, its padding ignored)
+    spans = drift_metrics(torch.zeros(2, 3), torch.zeros(2, 3),
+                          torch.tensor([[True, True, True], [True, False, False]]),
+                          torch.tensor([[5, 5, 2], [1, 9, 9]]))
+    assert (spans["version_span_mean"], spans["version_span_max"]) == (1.5, 3)
+    assert spans["policy_lag"] == pytest.approx(13 / 4) and spans["policy_lag_max"] == 5
 
 
 def test_ratio_histogram_bins_are_right_closed():
@@ -347,6 +354,8 @@ def test_partial_rollouts_keep_each_tokens_version_and_train_ended_groups(tmp_pa
             in_loss = rows["in_loss"][mine][np.argsort(rows["position"][mine])]
             assert np.array_equal(in_loss, versions == versions.max())  # stale prefix masked
             spans.append(int(versions.max() - versions.min()))
+        logged = [u["version_span_max"] for u in writer.updates if u["step"] == step]
+        assert max(logged) == max(spans[-len(set(rows["response_id"].tolist())):])
         # lag + version is the current version: one value per update, one more each update
         current = rows["lag"] + rows["policy_version"]
         firsts = {int(u): set(current[rows["update"] == u].tolist()) for u in np.unique(rows["update"])}

@@ -13,7 +13,9 @@ current)):
 - `behav_weight_min/mean/max`: the decoupled objective's behaviour weights (None without);
 - `ratio_hist_pos` / `ratio_hist_neg`: token counts of the ratio the method clips, by the
   advantage's sign, in the bins of `RATIO_BIN_EDGES`: (<=0.2], (0.2, 0.5], ..., (2, inf);
-- `policy_lag` / `policy_lag_max`: mean and max lag in optimizer updates of the tokens.
+- `policy_lag` / `policy_lag_max`: mean and max lag in optimizer updates of the tokens;
+- `version_span_mean` / `version_span_max`: per response, newest minus oldest token
+  version (0 unless partial rollouts continued it under newer weights).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def drift_metrics(logp: Tensor, logp_behavior: Tensor, mask: Tensor, lag: Tensor
     out: dict[str, Any] = {key: None for key in (
         "behav_abs_log_ratio_mean", "behav_kl_k1", "behav_kl_k3", "behav_m2", "behav_ess",
         "behav_weight_min", "behav_weight_mean", "behav_weight_max", "policy_lag",
-        "policy_lag_max")}
+        "policy_lag_max", "version_span_mean", "version_span_max")}
     if log_r.numel() == 0:
         return out
     r = log_r.exp()
@@ -66,6 +68,13 @@ def drift_metrics(logp: Tensor, logp_behavior: Tensor, mask: Tensor, lag: Tensor
         policy_lag=float(lags.double().mean()),
         policy_lag_max=int(lags.max()),
     )
+    rows = mask.any(dim=1)
+    lag_rows = lag.to(mask.device)
+    big = torch.iinfo(lag_rows.dtype).max if not lag_rows.is_floating_point() else float("inf")
+    newest = torch.where(mask, lag_rows, torch.full_like(lag_rows, big)).min(dim=1).values[rows]
+    oldest = torch.where(mask, lag_rows, torch.full_like(lag_rows, -big)).max(dim=1).values[rows]
+    span = (oldest - newest).double()  # lag: the oldest token has the largest
+    out.update(version_span_mean=float(span.mean()), version_span_max=int(span.max()))
     if behaviour_weight is not None:
         w = behaviour_weight.detach()[mask].double()
         out.update(behav_weight_min=float(w.min()), behav_weight_mean=float(w.mean()),
