@@ -24,16 +24,18 @@ def clipped_flags(updates: pd.DataFrame, grad_clip: dict[str, float]) -> pd.Seri
     """Per update row: 1.0 when its gradient norm was clipped, 0.0 when not, NaN when
     unknown (skipped update, no norm, or the run has no grad_clip). `grad_clip` maps
     run_id to the run's train.grad_clip."""
-    norm = pd.to_numeric(updates.get("grad_norm"), errors="coerce") if "grad_norm" in updates else None
     limit = updates["run_id"].map(grad_clip).astype(float)
-    derived = (pd.Series(np.nan, index=updates.index) if norm is None
-               else (norm > limit).astype(float).where(norm.notna() & limit.notna()))
-    if "grad_clipped" in updates:
-        flag = updates["grad_clipped"].map({True: 1.0, False: 0.0}).astype(float)
-        derived = flag.where(flag.notna(), derived)
-    if "skipped" in updates:
-        derived = derived.where(updates["skipped"].fillna(False).astype(bool) == False)  # noqa: E712
-    return derived
+    if "grad_norm" in updates:
+        norm = pd.to_numeric(updates["grad_norm"], errors="coerce")
+        flags = (norm > limit).astype(float).where(norm.notna() & limit.notna())
+    else:
+        flags = pd.Series(np.nan, index=updates.index)
+    if "grad_clipped" in updates:  # the logged flag, where a run has it, wins
+        logged = updates["grad_clipped"].map({True: 1.0, False: 0.0}).astype(float)
+        flags = logged.where(logged.notna(), flags)
+    if "skipped" in updates:  # a skipped update took no step: left out of the share
+        flags = flags.where(~updates["skipped"].fillna(False).astype(bool))
+    return flags
 
 
 def grad_clip_share(runs: RunSet) -> pd.Series:
