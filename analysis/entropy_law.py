@@ -76,14 +76,30 @@ def sign_agreement(predicted: pd.Series, measured: pd.Series) -> tuple[int, int]
 
 
 LAW_COLS = ["method", "staleness", "updates", "seeds", "r_pooled", "r_mean", "r_low", "r_high",
-            "r_seeds", "agree", "counted", "agree_share", "agree_low", "agree_high"]
+            "r_seeds", "agree", "counted", "agree_share", "agree_low", "agree_high",
+            "seed_agree_mean", "seed_agree_low", "seed_agree_high", "seed_agree_n"]
+
+
+def seed_agreement(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, staleness, seed): the share of the run's updates whose predicted and
+    measured entropy change have one sign. A seed is an independent replicate; its
+    updates are not (they share rollouts and optimizer momentum)."""
+    rows = []
+    for (method, k, seed), g in pairs.groupby(["method", "staleness", "seed"], sort=True,
+                                               observed=True):
+        agree, counted = sign_agreement(g[PREDICTED], g[MEASURED])
+        rows.append({"method": method, "staleness": int(k), "seed": int(seed),
+                     "share": agree / counted if counted else math.nan})
+    return pd.DataFrame(rows, columns=["method", "staleness", "seed", "share"])
 
 
 def law_by_cell(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per (method, staleness) of one suite: the Pearson r of predicted vs measured over all
     its updates (pooled) and per seed (mean and 95% Student-t interval over seeds: seeds
-    are the independent replicates), and the sign-agreement share with its Wilson interval
-    (which counts updates as independent draws)."""
+    are the independent replicates); the sign-agreement share pooled over updates with its
+    Wilson interval (which counts updates as independent draws: descriptive only), and per
+    seed (mean and 95% Student-t interval of the seeds' shares: what a verdict uses)."""
+    per_seed_share = seed_agreement(pairs).groupby(["method", "staleness"], observed=True)["share"]
     rows = []
     for (method, k), g in pairs.groupby(["method", "staleness"], sort=True, observed=True):
         per_seed = [pearson(s[PREDICTED], s[MEASURED]) for _, s in g.groupby("seed", sort=True)]
@@ -94,8 +110,19 @@ def law_by_cell(pairs: pd.DataFrame) -> pd.DataFrame:
                      "seeds": int(g["seed"].nunique()), "r_pooled": pearson(g[PREDICTED], g[MEASURED]),
                      "r_mean": r_mean, "r_low": r_low, "r_high": r_high, "r_seeds": r_n,
                      "agree": agree, "counted": counted, "agree_share": share, "agree_low": low,
-                     "agree_high": high})
+                     "agree_high": high,
+                     **dict(zip(["seed_agree_mean", "seed_agree_low", "seed_agree_high",
+                                 "seed_agree_n"],
+                                mean_ci(per_seed_share.get_group((method, k))), strict=True))})
     return pd.DataFrame(rows, columns=LAW_COLS)
+
+
+def drift_of(entropy: pd.Series, k: int) -> float:
+    """The entropy drift of one run: mean of its last k values minus its first k (the one
+    entropy convention of the report; negative = entropy fell). NaN with fewer than 2k
+    values, where the two windows would overlap."""
+    e = entropy.dropna()
+    return float(e.tail(k).mean() - e.head(k).mean()) if len(e) >= 2 * k else math.nan
 
 
 def entropy_drift(runs: RunSet, k: int) -> pd.DataFrame:
@@ -108,7 +135,6 @@ def entropy_drift(runs: RunSet, k: int) -> pd.DataFrame:
     steps = steps.assign(entropy=pd.to_numeric(steps["entropy_mean"], errors="coerce"))
     rows = []
     for run_id, g in steps.sort_values(["run_id", "step"]).groupby("run_id", observed=True):
-        e = g["entropy"].dropna()
-        drift = e.tail(k).mean() - e.head(k).mean() if len(e) >= 2 * k else math.nan
-        rows.append({**g[RUN_COLS].iloc[0].to_dict(), "run_id": run_id, "drift": drift})
+        rows.append({**g[RUN_COLS].iloc[0].to_dict(), "run_id": run_id,
+                     "drift": drift_of(g["entropy"], k)})
     return pd.DataFrame(rows, columns=[*RUN_COLS, "drift"])

@@ -204,7 +204,7 @@ def fig_entropy_quadrants(runs: RunSet, opts: Options) -> FigureResult:
     """Which token kinds each method clips, next to how fast its entropy falls."""
     shares = quadrant_shares(runs)
     require(not shares.empty, "no runs with readable token parts")
-    ent = run_summary(runs, opts.last_k)[[*RUN_COLS, "entropy_drop"]]
+    ent = run_summary(runs, opts.last_k)[[*RUN_COLS, "entropy_drift"]]
     levels = sorted(shares["staleness"].unique())
     fig, axes = grid(len(levels) + 1, 3, 4.2, 3.4)
     for ax, k in zip(axes, levels, strict=False):
@@ -219,13 +219,13 @@ def fig_entropy_quadrants(runs: RunSet, opts: Options) -> FigureResult:
             ax.text(0.5, 0.5, "no token clipped", ha="center", transform=ax.transAxes)
         else:
             ax.set_ylim(bottom=0)
-    ent = ent.assign(staleness_x=ent["staleness"].map(stx)).dropna(subset=["entropy_drop"])
+    ent = ent.assign(staleness_x=ent["staleness"].map(stx)).dropna(subset=["entropy_drift"])
     ax = axes[-1]
     order = [stx(k) for k in sorted(ent["staleness"].unique())]
-    bar_panel(ax, ent, "staleness_x", "entropy_drop", order, runs)
-    ax.set_title(f"entropy drop (first step - last {opts.last_k} steps)")
+    bar_panel(ax, ent, "staleness_x", "entropy_drift", order, runs)
+    ax.set_title(f"entropy drift (last {opts.last_k} steps - first {opts.last_k})")
     ax.set_xlabel("staleness")
-    ax.set_ylabel("entropy drop (nats/token)")
+    ax.set_ylabel("entropy drift (nats/token; < 0: fell)")
     finish_legends(fig, axes)
     fig.suptitle("Bars: mean over seeds; whiskers: 95% Student-t interval over seeds "
                  "(shares clipped to [0, 1])", fontsize=10)

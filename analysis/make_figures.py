@@ -51,7 +51,8 @@ FIGURES: dict[str, Callable[[RunSet, Options], FigureResult]] = {
 }
 
 
-TEXT_OUTPUTS = ("REPORT.md", "results.csv", "claims.csv", "bapo_search.csv")
+TEXT_OUTPUTS = ("REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "runs.csv",
+                "bapo_search.csv")
 SUITES_DIR = "suites"  # figures of every suite but the largest, one dir each
 
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     for suite in runs.suites:
         counts = verdict_counts(claims[claims["suite"] == suite])
         print(f"claims of suite {suite}: {counts}")
-    print(f"made    {out / 'REPORT.md'}, results.csv, claims.csv")
+    print(f"made    {out / 'REPORT.md'}, results.csv, claims.csv, claim_counts.csv, runs.csv")
     for m in runs.messages:
         print(f"  note: {m}")
     print(f"done in {time.perf_counter() - t0:.1f}s")

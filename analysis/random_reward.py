@@ -15,21 +15,36 @@ import pandas as pd
 
 from analysis import style
 from analysis.cells import COMPARED, experiment_order, numeric_config
-from analysis.entropy_law import entropy_drift, law_by_cell, summed_change, update_pairs
+from analysis.entropy_law import (
+    entropy_drift,
+    law_by_cell,
+    seed_agreement,
+    summed_change,
+    update_pairs,
+)
+from analysis.grad_clip import confound_note, grad_clip_share
 from analysis.loader import Run, RunSet
+from analysis.paired import DOWN, UP
 from analysis.stats import fmt_ci, mean_ci
-from analysis.verdicts import Claim, below, greater, share_above
+from analysis.verdicts import Claim, directed, no_change, paired, threshold
 
 MODE_KEY = "train.staleness_mode"
 # What the paper's account (Eq. 6: the clip rule removes low-probability positive tokens'
 # push up, so entropy falls; Fig. 7: a higher c_high falls less, a lower c_low more) expects
-# of each setting's drift. Text only; the verdict is computed from the runs.
-EXPECTED = {
-    "ppo": "falls (low-probability positive tokens are clipped)",
-    "clip_0.5_1.2": "falls, faster than ppo",
-    "clip_0.8_1.5": "falls less than ppo, or rises",
-    "clip_higher": "falls less than ppo",
-    "bapo": "falls less than ppo",
+# of each setting's drift: the text, the direction of the cell's own drift (None: the
+# account names none on its own) and of its paired difference from ppo at the same level
+# (None: no comparison). Each row tests its own stated direction; the verdict is computed.
+EXPECTED: dict[str, tuple[str, int | None, int | None]] = {
+    "ppo": ("falls (low-probability positive tokens are clipped)", DOWN, None),
+    "clip_0.5_1.2": ("falls, faster than ppo", DOWN, DOWN),
+    "clip_0.8_1.5": ("falls less than ppo, or rises", None, UP),
+    "clip_higher": ("falls less than ppo", DOWN, UP),
+    "bapo": ("falls less than ppo", DOWN, UP),
+}
+# The text of a comparison row with ppo, for the two asymmetric clips of Fig. 7.
+VS_PPO_TEXT = {
+    "clip_0.8_1.5": ("Raising c_high raises entropy", "higher entropy than ppo (less fall)"),
+    "clip_0.5_1.2": ("Lowering c_low lowers entropy", "lower entropy than ppo (more fall)"),
 }
 CONTROL_EXPECTED = "no drift from clipping: at 1x no bound binds"
 
@@ -100,81 +115,102 @@ def _bounds(runs: list[Run]) -> str:
     return f"[{lo:g}, {hi:g}]" if lo is not None and hi is not None else "no clip bounds"
 
 
+def _direction_words(direction: int) -> str:
+    return "falls" if direction == DOWN else "rises"
+
+
 def suite_claims(runs: RunSet, suite: str, last_k: int) -> pd.DataFrame:
-    """The claim rows of one random-reward suite (columns of analysis/verdicts.Claim)."""
+    """The claim rows of one random-reward suite (columns of analysis/verdicts.Claim).
+    Comparisons are paired by seed; every row tests the direction it states."""
     own = runs.select(lambda r: r.suite == suite)
     control, control_note = control_runs(runs, suite)
     pool = {r.run_id for r in [*own, *control]}
     both = runs.subset(lambda r: r.run_id in pool)
     drift = entropy_drift(both, last_k).set_index("run_id")["drift"]
+    clipped = grad_clip_share(both)
     law = law_by_cell(update_pairs(runs.subset(lambda r: r.suite == suite)))
     where = f"{mode(own)} mode, {steps(own)} steps"
 
     def of(method: str, k: int) -> list[Run]:
         return [r for r in own if r.method == method and r.staleness == k]
 
-    def drift_of(cell_runs: list[Run]) -> pd.Series:
-        return drift.reindex([r.run_id for r in cell_runs])
+    def seeded(values: pd.Series, cell_runs: list[Run]) -> pd.Series:
+        """`values` (by run_id) of the cell's runs, indexed by seed for pairing."""
+        return pd.Series(values.reindex([r.run_id for r in cell_runs]).to_numpy(dtype=float),
+                         index=[r.seed for r in cell_runs])
 
     def claim(text: str, paper: str, criterion: str, used: list[Run], note: str = "") -> Claim:
         return Claim(text, paper, criterion, experiments=_experiments(used), note=note)
 
-    falls = (f"95% interval of the entropy drift (mean of the last {last_k} steps minus the "
-             f"first {last_k}) below 0")
+    def compare(c: Claim, a: list[Run], b: list[Run], names: tuple[str, str],
+                direction: int) -> Claim:
+        c = paired(c, seeded(drift, a), seeded(drift, b), names, direction)
+        confound = confound_note(seeded(clipped, a), seeded(clipped, b), names)
+        c.note = "; ".join(x for x in (c.note, confound) if x)
+        return c
+
+    defined = (f"entropy drift (mean of the last {last_k} steps minus the first {last_k})")
     rows = []
     if control and not control_note:  # a borrowed control has its row in its own suite
-        rows.append(below(claim(f"Entropy falls under random rewards without clipping (ppo at "
-                                f"1x, the control; {mode(control)} mode, {steps(control)} "
-                                "steps)", CONTROL_EXPECTED, falls, control),
-                          drift_of(control), 0.0))
+        rows.append(no_change(claim(
+            f"Entropy does not drift under random rewards without clipping (ppo at 1x, the "
+            f"control; {mode(control)} mode, {steps(control)} steps)", CONTROL_EXPECTED,
+            f"{defined}: not held when its 95% interval excludes 0", control),
+            seeded(drift, control)))
     for method, k in _cells(own):
-        if k == 1:
-            continue  # the control, above
+        text, direction, _ = EXPECTED.get(method, ("—", None, None))
+        if k == 1 or direction is None:
+            continue  # the control, above; or no direction of its own (see its ppo row)
         cell = of(method, k)
+        words = _direction_words(direction)
         if method == "ppo":
-            text = (f"Symmetric clipping {_bounds(cell)} lowers entropy under random rewards "
-                    f"(ppo at {k}x, {where})")
+            title = (f"Symmetric clipping {_bounds(cell)} lowers entropy under random rewards "
+                     f"(ppo at {k}x, {where})")
         else:
-            text = (f"Entropy falls under random rewards ({method}, {_bounds(cell)}, at {k}x, "
-                    f"{where})")
-        rows.append(below(claim(text, EXPECTED.get(method, "—"), falls, cell), drift_of(cell), 0.0))
+            title = (f"Entropy {words} under random rewards ({method}, {_bounds(cell)}, at {k}x, "
+                     f"{where})")
+        side = "below" if direction == DOWN else "above"
+        rows.append(directed(claim(title, text, f"95% interval of the {defined} {side} 0", cell),
+                             seeded(drift, cell), 0.0, direction))
     stale = sorted({k for _, k in _cells(own) if k > 1})
     for k in stale:
         ppo = of("ppo", k)
         if control and ppo:
-            rows.append(greater(
+            rows.append(compare(
                 claim(f"Clipping lowers entropy below the unclipped control under random rewards "
                       f"(ppo at {k}x vs 1x, {where})", "lower at the stale setting",
-                      "95% intervals: drift at 1x above the stale drift", [*control, *ppo],
+                      f"paired by seed: drift at {k}x minus 1x below 0", [*control, *ppo],
                       control_note),
-                drift_of(control), drift_of(ppo), ("1x", f"{k}x")))
-        for other, text, paper, higher_first in (
-            ("clip_0.8_1.5", "Raising c_high raises entropy", "higher entropy (less drop)", True),
-            ("clip_0.5_1.2", "Lowering c_low lowers entropy", "lower entropy (more drop)", False),
-        ):
-            cell = of(other, k)
-            if not (ppo and cell):
+                ppo, control, (f"{k}x", "1x"), DOWN))
+        for method, kk in _cells(own):
+            _, _, vs_ppo = EXPECTED.get(method, ("—", None, None))
+            cell = of(method, k)
+            if kk != k or vs_ppo is None or not (ppo and cell):
                 continue
-            a, b, names = ((cell, ppo, (other, "ppo")) if higher_first
-                           else (ppo, cell, ("ppo", other)))
-            rows.append(greater(
-                claim(f"{text} under random rewards ({other} vs ppo at {k}x, {where}; Fig. 7)",
-                      paper, f"95% intervals: drift of {names[0]} above {names[1]}", [*a, *b]),
-                drift_of(a), drift_of(b), names))
+            words = "higher" if vs_ppo == UP else "lower"
+            text, paper = VS_PPO_TEXT.get(method, (f"{method} keeps entropy {words} than ppo",
+                                                   f"{words} entropy than ppo"))
+            side = "above" if vs_ppo == UP else "below"
+            rows.append(compare(
+                claim(f"{text} under random rewards ({method} vs ppo at {k}x, {where}; Fig. 7)",
+                      paper, f"paired by seed: drift of {method} minus ppo {side} 0",
+                      [*cell, *ppo]),
+                cell, ppo, (method, "ppo"), vs_ppo))
     law = law.set_index(["method", "staleness"])
     for method, k in _cells(own):
         cell = of(method, k)
         c = claim(f"The covariance predicts the sign of the per-update entropy change better "
                   f"than chance ({method} at {k}x, {where}; Eq. 6)",
                   "sign(ΔH) = sign(−Cov(log π, A·X))",
-                  "95% Wilson interval of the sign-agreement share above 0.5", cell)
+                  "per seed: share of updates whose signs agree; 95% t-interval over seeds "
+                  "above 0.5", cell)
         if (method, k) not in law.index:
             c.note = "no entropy_change in its update records (logger.entropy_change=true)"
             rows.append(c)
             continue
-        c.note = "updates counted as independent"
-        rows.append(share_above(c, int(law.loc[(method, k), "agree"]),
-                                int(law.loc[(method, k), "counted"]), 0.5))
+        shares = seed_agreement(update_pairs(runs.subset(
+            lambda r, ids={x.run_id for x in cell}: r.run_id in ids)))["share"]
+        rows.append(threshold(c, shares, 0.5))
     return pd.DataFrame([c.__dict__ for c in rows], columns=list(Claim.__dataclass_fields__))
 
 
@@ -194,11 +230,14 @@ def cell_table(runs: RunSet, summary: pd.DataFrame, last_k: int) -> pd.DataFrame
             cell = [r for r in part.runs if r.method == method and r.staleness == k]
             d = drift[(drift["method"] == method) & (drift["staleness"] == k)]["drift"]
             c = clip[(clip["method"] == method) & (clip["staleness"] == k)]["clip_frac"]
+            g = clip[(clip["method"] == method) & (clip["staleness"] == k)].get(
+                "grad_clip_share", pd.Series(dtype=float))
             row = {"suite": suite, "mode": mode(cell), "method": method,
                    "bounds": _bounds(cell), "staleness": style.staleness_label(k),
                    "steps": steps(cell),
                    "entropy drift (nats/token)": fmt_ci(*mean_ci(d), 4),
-                   "clip frac": fmt_ci(*mean_ci(c), 4)}
+                   "clip frac": fmt_ci(*mean_ci(c), 4),
+                   "grad-norm clipped": fmt_ci(*mean_ci(g), 2)}
             u = summed[(summed["method"] == method) & (summed["staleness"] == k)]
             if not u.empty:
                 row["summed update change (nats/token)"] = fmt_ci(*mean_ci(u["summed_change"]), 4)
@@ -207,8 +246,11 @@ def cell_table(runs: RunSet, summary: pd.DataFrame, last_k: int) -> pd.DataFrame
                 row.update({
                     "r per seed": fmt_ci(x["r_mean"], x["r_low"], x["r_high"], int(x["r_seeds"]), 2),
                     "r pooled": "—" if math.isnan(x["r_pooled"]) else f"{x['r_pooled']:.2f}",
-                    "sign agreement [95%]": (f"{x['agree_share']:.3f} [{x['agree_low']:.3f}, "
-                                             f"{x['agree_high']:.3f}]") if x["counted"] else "—",
+                    "sign agreement per seed": fmt_ci(
+                        x["seed_agree_mean"], x["seed_agree_low"], x["seed_agree_high"],
+                        int(x["seed_agree_n"])),
+                    "pooled [Wilson 95%]": (f"{x['agree_share']:.3f} [{x['agree_low']:.3f}, "
+                                            f"{x['agree_high']:.3f}]") if x["counted"] else "—",
                     "updates": str(int(x["updates"]))})
             rows.append(row)
     table = pd.DataFrame(rows)
@@ -226,7 +268,8 @@ def intro(last_k: int) -> str:
         "rollout steps per run. "
         f"entropy drift: mean `entropy_mean` (behaviour policy) of the last {last_k} steps "
         f"minus the first {last_k}, per run; mean ± 95% Student-t half-width over seeds (n). "
-        "clip frac: share of tokens whose gradient was clipped, mean over steps. summed "
+        "clip frac: share of tokens whose gradient was clipped, mean over steps. grad-norm "
+        "clipped: share of updates whose gradient norm was clipped at `train.grad_clip`. summed "
         "update change: per run, the sum over its updates of the measured `entropy_change` "
         "(what the updates did to the entropy of their own tokens, without the sampling noise "
         "of fresh rollouts that the drift carries; a descriptive column, no claim row tests "
@@ -235,6 +278,8 @@ def intro(last_k: int) -> str:
         "`entropy_change` (the update's own mini-batch, after its optimizer step minus before); "
         "per seed: mean ± 95% Student-t half-width over the seeds' r; pooled: all the cell's "
         "updates. sign agreement: share of updates where the two have one sign (zeros left "
-        "out), [95% Wilson interval], counting updates as independent. Figure: "
-        "`fig_entropy_law`."
+        "out); per seed: each seed's share, mean ± 95% Student-t half-width over seeds (what "
+        "the claim rows use: a run's updates share rollouts and momentum, so they are no "
+        "independent draws); pooled: all the cell's updates with the Wilson interval that "
+        "counts them as independent, descriptive only. Figure: `fig_entropy_law`."
     )

@@ -8,23 +8,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import random_reward, style
 from analysis.cells import experiment_order
+from analysis.claim_counts import claim_counts
+from analysis.grad_clip import confound_note
 from analysis.loader import RunSet
+from analysis.paired import DOWN, UP
+from analysis.run_index import run_index
 from analysis.search_outcomes import search_outcomes
 from analysis.stats import fmt_ci, mean_ci
-from analysis.verdicts import VERDICTS, Claim, greater, in_range, no_interval, threshold
+from analysis.verdicts import VERDICTS, Claim, across_levels, in_range, paired, threshold
 
 RESULT_COLUMNS = {
     "final_sampled_acc": "final sampled acc",
     "final_greedy_acc": "final greedy acc",
     "final_reward": "final reward",
-    "entropy_drop": "entropy drop",
+    "entropy_drift": "entropy drift",
+    "grad_clip_share": "grad-norm clipped",
     "clip_frac": "clip frac",
     "clip_low_frac": "clip low frac",
     "clip_high_frac": "clip high frac",
@@ -55,149 +60,123 @@ def results_table(summary: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------------- claims
 
 
-def _trend(c: Claim, s: pd.DataFrame, col: str) -> Claim:
-    """Held when the highest staleness's 95% interval lies wholly above the lowest's."""
-    by = {int(k): g[col] for k, g in s.groupby("staleness")}
-    levels = sorted(k for k, v in by.items() if v.notna().any())
-    if len(levels) < 2:
-        return c
-    stats = {k: mean_ci(by[k]) for k in levels}
-    c.measured = ", ".join(
-        f"{style.staleness_label(k)}: {fmt_ci(*stats[k])}".replace(f" (n={stats[k][3]})", "")
-        for k in levels
-    ) + f" (n={'/'.join(str(stats[k][3]) for k in levels)})"
-    (m0, lo0, hi0, _), (m1, lo1, hi1, _) = stats[levels[0]], stats[levels[-1]]
-    c.value = m1 - m0
-    monotone = pd.Series([stats[k][0] for k in levels]).is_monotonic_increasing
-    if no_interval(c, lo0, lo1):
-        return c
-    if lo1 > hi0:
-        c.verdict = "held"
-    elif hi1 < lo0:
-        c.verdict = "not held"
-    else:
-        c.verdict = "not settled"
-        ends = f"{style.staleness_label(levels[0])} and {style.staleness_label(levels[-1])}"
-        c.note = f"95% intervals at {ends} overlap"
-    c.note = "; ".join(x for x in ("means monotone" if monotone else "means not monotone", c.note) if x)
-    return c
-
-
 def _experiments(s: pd.DataFrame) -> str:
     pairs = set(zip(s["experiment"], s["staleness"], strict=True))
     return ", ".join(experiment_order(pairs))
+
+
+def by_seed(cell: pd.DataFrame, col: str) -> pd.Series:
+    """One cell's `col` indexed by seed: what paired comparisons match on."""
+    if col not in cell.columns:
+        return pd.Series(dtype=float)
+    return cell.set_index("seed")[col].astype(float)
+
+
+def _confound(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) -> str:
+    return confound_note(by_seed(a, "grad_clip_share"), by_seed(b, "grad_clip_share"), names)
+
+
+def _add_note(c: Claim, text: str) -> Claim:
+    c.note = "; ".join(x for x in (c.note, text) if x)
+    return c
 
 
 def claims_table(s: pd.DataFrame) -> pd.DataFrame:
     """Each paper claim (methods.md) with the paper's number, ours, and a verdict.
 
     `s` is the run summary of one suite (analysis/cells.py): each (method, staleness) is one
-    cell there, so "ppo at 4x" is one set of seeds. Rows marked "staleness > 1" pool that
-    method's cells above 1x, and name the experiments they pool.
+    cell there, so "ppo at 4x" is one set of seeds. Claims about "staleness > 1" are tested
+    at each level above 1x; only the paper's levels decide (verdicts.across_levels).
+    Comparisons of two cells are paired by seed (verdicts.paired).
     """
-    ppo, bapo = s[s["method"] == "ppo"], s[s["method"] == "bapo"]
-    ppo_off, bapo_off = ppo[ppo["staleness"] > 1], bapo[bapo["staleness"] > 1]
 
     def at(method: str, k: int) -> pd.DataFrame:
         return s[(s["method"] == method) & (s["staleness"] == k)]
 
-    def claim(text: str, paper: str, criterion: str, *used: pd.DataFrame) -> Claim:
-        return Claim(text, paper, criterion, experiments=_experiments(pd.concat(used)))
+    def stale(method: str) -> list[int]:
+        return sorted(int(k) for k in s.loc[s["method"] == method, "staleness"].unique() if k > 1)
 
+    def claim(text: str, paper: str, criterion: str, *used: pd.DataFrame) -> Claim:
+        used = [u for u in used if len(u)]
+        return Claim(text, paper, criterion,
+                     experiments=_experiments(pd.concat(used)) if used else "")
+
+    def compare(c: Claim, a: pd.DataFrame, b: pd.DataFrame, col: str, names: tuple[str, str],
+                direction: int) -> Claim:
+        out = paired(c, by_seed(a, col), by_seed(b, col), names, direction)
+        return _add_note(out, _confound(a, b, names)) if out.verdict != "no data" else out
+
+    def per_level(c: Claim, method: str, test) -> Claim:
+        """The claim tested at each of `method`'s levels above 1x, then combined."""
+        return across_levels(c, {k: test(replace(c), at(method, k), k) for k in stale(method)})
+
+    ppo_off = s[(s["method"] == "ppo") & (s["staleness"] > 1)]
+    bapo_off = s[(s["method"] == "bapo") & (s["staleness"] > 1)]
+    ppo = s[s["method"] == "ppo"]
     claims = [
-        threshold(
+        per_level(
             claim("Negative tokens carry most of the loss contribution (ppo, staleness > 1, Fig 4)",
                   "~0.55-0.65 negative share", "95% interval of the negative share above 0.5",
                   ppo_off),
-            1.0 - ppo_off["pos_contrib"],
-            0.5,
-        ),
-        threshold(
+            "ppo", lambda c, cell, k: threshold(c, 1.0 - cell["pos_contrib"], 0.5)),
+        per_level(
             claim("Negative tokens are most of the tokens (ppo, staleness > 1, Fig 4)",
                   "~0.80 negative share", "95% interval of the negative token share above 0.5",
                   ppo_off),
-            ppo_off["token_share_neg"],
-            0.5,
-        ),
-        greater(
+            "ppo", lambda c, cell, k: threshold(c, cell["token_share_neg"], 0.5)),
+        per_level(
             claim("Negative responses are longer than positive ones (ppo, staleness > 1, Fig 6)",
-                  "negative longer", "95% intervals: length A<0 above A>0", ppo_off),
-            ppo_off["length_neg"],
-            ppo_off["length_pos"],
-            ("A<0", "A>0"),
-        ),
-        _trend(
+                  "negative longer", "paired (same runs) length A<0 minus A>0 above 0", ppo_off),
+            "ppo", lambda c, cell, k: paired(c, by_seed(cell, "length_neg"),
+                                             by_seed(cell, "length_pos"), ("A<0", "A>0"), UP)),
+        per_level(
             claim("Staleness raises the clip fraction under ppo (Fig 2)", "rises with staleness",
-                  "95% intervals: highest staleness above lowest", ppo),
-            ppo,
-            "clip_frac",
-        ),
-        _trend(
-            claim("Staleness speeds the entropy drop under ppo (Fig 2)", "faster drop when staler",
-                  "95% intervals: entropy drop at highest staleness above lowest", ppo),
-            ppo,
-            "entropy_drop",
-        ),
-        in_range(
+                  "paired by seed: clip fraction at kx minus 1x above 0", ppo),
+            "ppo", lambda c, cell, k: compare(c, cell, at("ppo", 1), "clip_frac",
+                                              (f"{k}x", "1x"), UP)),
+        per_level(
+            claim("Staleness speeds the entropy fall under ppo (Fig 2)", "faster fall when staler",
+                  "paired by seed: entropy drift at kx minus 1x below 0", ppo),
+            "ppo", lambda c, cell, k: compare(c, cell, at("ppo", 1), "entropy_drift",
+                                              (f"{k}x", "1x"), DOWN)),
+        per_level(
             claim("BAPO c_high settles high (bapo, staleness > 1, Fig 8)", "~1.9-2.2",
                   "95% interval of mean c_high within [1.9, 2.2]", bapo_off),
-            bapo_off["c_high"],
-            1.9,
-            2.2,
-        ),
-        in_range(
+            "bapo", lambda c, cell, k: in_range(c, cell["c_high"], 1.9, 2.2)),
+        per_level(
             claim("BAPO c_low settles near 0.7 (bapo, staleness > 1, Fig 8)", "~0.7",
                   "95% interval of mean c_low within [0.65, 0.75]", bapo_off),
-            bapo_off["c_low"],
-            0.65,
-            0.75,
-        ),
-        in_range(
+            "bapo", lambda c, cell, k: in_range(c, cell["c_low"], 0.65, 0.75)),
+        per_level(
             claim("BAPO positive contribution (bapo, staleness > 1, Fig 9)", "~0.43-0.46",
                   "95% interval within [0.43, 0.46]", bapo_off),
-            bapo_off["pos_contrib"],
-            0.43,
-            0.46,
-        ),
-        greater(
+            "bapo", lambda c, cell, k: in_range(c, cell["pos_contrib"], 0.43, 0.46)),
+        per_level(
             claim("BAPO raises the positive contribution over ppo (staleness > 1, Fig 9)",
-                  "bapo > ppo", "95% intervals: bapo above ppo", bapo_off, ppo_off),
-            bapo_off["pos_contrib"],
-            ppo_off["pos_contrib"],
-            ("bapo", "ppo"),
-        ),
+                  "bapo > ppo", "paired by seed: bapo minus ppo above 0", bapo_off, ppo_off),
+            "bapo", lambda c, cell, k: compare(c, cell, at("ppo", k), "pos_contrib",
+                                               ("bapo", "ppo"), UP)),
     ]
     for k in (2, 4):
         for other, paper in (("ppo", "62.0 vs 54.2"), ("clip_higher", "62.0 vs 59.2")):
             paper = f"AIME24 4x: {paper}" if k == 4 else "bapo best (Fig 11)"
-            claims.append(
-                greater(
-                    claim(f"bapo beats {other} at {k}x (final sampled accuracy, Fig 11)", paper,
-                          f"95% intervals: bapo above {other}", at("bapo", k), at(other, k)),
-                    at("bapo", k)["final_sampled_acc"],
-                    at(other, k)["final_sampled_acc"],
-                    ("bapo", other),
-                )
-            )
+            claims.append(compare(
+                claim(f"bapo beats {other} at {k}x (final sampled accuracy, Fig 11)", paper,
+                      f"paired by seed: bapo minus {other} above 0", at("bapo", k), at(other, k)),
+                at("bapo", k), at(other, k), "final_sampled_acc", ("bapo", other), UP))
     claims += [
-        greater(
-            claim("Raising c_high slows the entropy drop (clip_0.8_1.5 vs ppo at 4x, Fig 7)",
-                  "slower drop", "95% intervals: entropy drop of ppo above clip_0.8_1.5",
-                  at("ppo", 4), at("clip_0.8_1.5", 4)),
-            at("ppo", 4)["entropy_drop"],
-            at("clip_0.8_1.5", 4)["entropy_drop"],
-            ("ppo", "clip_0.8_1.5"),
-        ),
-        greater(
-            claim("Lowering c_low speeds the entropy drop (clip_0.5_1.2 vs ppo at 4x, Fig 7)",
-                  "faster drop", "95% intervals: entropy drop of clip_0.5_1.2 above ppo",
+        compare(
+            claim("Raising c_high slows the entropy fall (clip_0.8_1.5 vs ppo at 4x, Fig 7)",
+                  "slower fall", "paired by seed: entropy drift of clip_0.8_1.5 minus ppo above 0",
+                  at("clip_0.8_1.5", 4), at("ppo", 4)),
+            at("clip_0.8_1.5", 4), at("ppo", 4), "entropy_drift", ("clip_0.8_1.5", "ppo"), UP),
+        compare(
+            claim("Lowering c_low speeds the entropy fall (clip_0.5_1.2 vs ppo at 4x, Fig 7)",
+                  "faster fall", "paired by seed: entropy drift of clip_0.5_1.2 minus ppo below 0",
                   at("clip_0.5_1.2", 4), at("ppo", 4)),
-            at("clip_0.5_1.2", 4)["entropy_drop"],
-            at("ppo", 4)["entropy_drop"],
-            ("clip_0.5_1.2", "ppo"),
-        ),
+            at("clip_0.5_1.2", 4), at("ppo", 4), "entropy_drift", ("clip_0.5_1.2", "ppo"), DOWN),
     ]
-    return pd.DataFrame([c.__dict__ for c in claims])
+    return pd.DataFrame([c.__dict__ for c in claims], columns=list(Claim.__dataclass_fields__))
 
 
 def verdict_counts(claims: pd.DataFrame) -> str:
@@ -230,9 +209,17 @@ def order_cells(df: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
     return df.sort_values(by, key=lambda c: keys[c.name](c), kind="stable").reset_index(drop=True)
 
 
+def suite_labels(suites: list[str]) -> dict[str, str]:
+    """Short labels S1, S2, ... for the suites (largest first), defined once in REPORT.md's
+    suite table and used in every other table."""
+    return {s: f"S{i + 1}" for i, s in enumerate(suites)}
+
+
 def _shown_cols(df: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
-    """The suite column only when there is more than one suite."""
-    return df if len(suites) > 1 else df.drop(columns=["suite"], errors="ignore")
+    """The suite column, by its short label, only when there is more than one suite."""
+    if len(suites) <= 1:
+        return df.drop(columns=["suite"], errors="ignore")
+    return df.assign(suite=df["suite"].map(suite_labels(suites))) if "suite" in df else df
 
 
 def results_markdown(results: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
@@ -306,23 +293,72 @@ def _random_reward_lines(runs: RunSet, summary: pd.DataFrame, last_k: int) -> li
     return ["## Random-reward experiment", "", random_reward.intro(last_k), "", md_table(table), ""]
 
 
-def _claims_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
-    lines = [
-        "## Paper claims",
+VERDICT_RULE = (
+    "Every claim states a direction. It is `held` only when its 95% interval lies wholly on "
+    "that side (above a threshold, inside a range, or a paired difference that excludes 0 "
+    "in the paper's direction), `not held` only when it lies wholly on the other side, and "
+    "`not settled` otherwise, whatever the means say; the note gives the reason. `no data`: "
+    "the runs it needs are missing. Two cells are compared by their paired difference by "
+    "seed (they share seeds): mean ± 95% t half-width over seeds, and how many seeds lie on "
+    "the expected side; the unpaired intervals are shown beside it. Rows marked "
+    "'staleness > 1' are tested at each level; only the levels the paper ran (1x, 2x, 4x) "
+    "decide, 8x is shown. Notes name gradient-norm clipping where its share differs by 5 "
+    "points or more between the compared cells. docs/statistics.md has the details."
+)
+
+
+def _summary_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
+    """One screen: every claim of the largest suite (the paper grid) with the paper's
+    number, ours and the verdict; for the other suites their counts and settled claims."""
+    if claims.empty:
+        return []
+    labels = suite_labels(suites)
+    main = claims[claims["suite"] == suites[0]]
+    table = main[["claim", "paper", "basis", "verdict"]].rename(columns={"basis": "ours"})
+    lines = ["## Summary", "", VERDICT_RULE, ""]
+    if len(suites) > 1:
+        lines += [f"Suite {labels[suites[0]]} (the suites table below names S1..S{len(suites)}): "
+                  f"{verdict_counts(main)}. `ours` is the interval the verdict rests on.", ""]
+    lines += [md_table(table), ""]
+    for suite in suites[1:]:
+        part = claims[claims["suite"] == suite]
+        settled = part[part["verdict"].isin(["held", "not held"])]
+        lines += [f"Suite {labels[suite]}: {verdict_counts(part)}."
+                  + ("" if settled.empty else " Settled: " + "; ".join(
+                      f"{c} ({b}): {v}" for c, b, v in settled[["claim", "basis", "verdict"]]
+                      .itertuples(index=False)) + "."), ""]
+    return lines
+
+
+def _suites_lines(runs: RunSet, claims: pd.DataFrame, suites: list[str]) -> list[str]:
+    """The one place the short suite labels are defined."""
+    if len(suites) <= 1:
+        return []
+    rows = [{"label": label, "suite": suite,
+             "runs": sum(r.suite == suite for r in runs.runs),
+             "claims": verdict_counts(claims[claims["suite"] == suite])}
+            for suite, label in suite_labels(suites).items()]
+    return [
+        "## Suites",
         "",
-        "A claim is `held` or `not held` only when the 95% intervals settle it: the interval "
-        "lies wholly on one side of the threshold, inside or outside the range, or the two "
-        "compared intervals do not overlap. Otherwise it is `not settled`, whatever the means "
-        "say; the note gives the reason. `no data`: the runs it needs are missing. Rows marked "
-        "'staleness > 1' pool that method's cells above 1x (the experiments column names "
-        "them), so their n counts runs (seeds x staleness levels).",
+        f"The runs form {len(suites)} suites (analysis/cells.py: cells that differ only in "
+        "method, staleness and experiment name can be compared); each has its own figures "
+        "and claims. The tables below name a suite by its label. `runs.csv` maps every run "
+        "dir (also the `overrides-<hash>/` ones) to its suite, cell, seed and overrides.",
+        "",
+        md_table(pd.DataFrame(rows)),
         "",
     ]
+
+
+def _claims_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
+    lines = ["## Paper claims", "", VERDICT_RULE, ""]
     cols = ["claim", "paper", "measured", "experiments", "criterion", "verdict", "note"]
+    labels = suite_labels(suites)
     for suite in suites:
         part = claims[claims["suite"] == suite]
         if len(suites) > 1:
-            lines += [f"### Suite: {suite}", ""]
+            lines += [f"### {labels[suite]}", ""]
         lines += [f"Verdicts: {verdict_counts(part)}.", ""]
         if (part["verdict"] == "no data").all():
             lines += ["No claim has the runs it needs in this suite.", ""]
@@ -383,12 +419,9 @@ def write_report(
     if not search.empty:
         search = order_cells(search, suites)
         search.to_csv(out / "bapo_search.csv", index=False)
-    several = (
-        [f"The runs form {len(suites)} suites (analysis/cells.py: cells that differ only in "
-         "method, staleness and experiment name can be compared); each has its own figures "
-         "and claims: " + "; ".join(f"`{x}`" for x in suites) + ".", ""]
-        if len(suites) > 1 else []
-    )
+    labels = suite_labels(suites)
+    claim_counts(claims, labels).to_csv(out / "claim_counts.csv", index=False)
+    run_index(runs, labels).to_csv(out / "runs.csv", index=False)
     text = [
         "# Reproduction report",
         "",
@@ -399,7 +432,8 @@ def write_report(
         "pooled. `±` is the half-width of a 95% Student-t interval over seeds; `n` is the "
         "number of seeds.",
         "",
-        *several,
+        *_summary_lines(claims, suites),
+        *_suites_lines(runs, claims, suites),
         "## Runs (one row per cell)",
         "",
         md_table(runs_markdown(summary, suites)),
@@ -407,8 +441,11 @@ def write_report(
         "## Results",
         "",
         f"final accuracy: last eval record. final reward: mean `reward_mean` of the last "
-        f"{last_k} steps. entropy drop: `entropy_mean` of the first step minus the mean of the "
-        f"last {last_k} steps. clip fractions, rho, c_low, c_high: mean over all steps (rho of "
+        f"{last_k} steps. entropy drift: mean `entropy_mean` of the last {last_k} steps minus "
+        f"the first {last_k} (negative: entropy fell; the report's one entropy convention). "
+        "grad-norm clipped: share of updates whose total gradient norm exceeded "
+        "`train.grad_clip` and was clipped (a confound wherever it differs between cells). "
+        "clip fractions, rho, c_low, c_high: mean over all steps (rho of "
         "bapo-objective runs only; fixed-clip methods show their fixed bounds).",
         "",
         md_table(results_markdown(results, suites)) if len(results) else "no runs",

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.entropy_law import drift_of
 from analysis.fig_final import final_evals
+from analysis.grad_clip import grad_clip_share
 from analysis.loader import RUN_COLS, RunSet
 from analysis.search_outcomes import is_bapo
 
@@ -32,8 +34,9 @@ def _col(steps: pd.DataFrame, name: str) -> pd.Series:
 
 
 def run_summary(runs: RunSet, last_k: int = 5) -> pd.DataFrame:
-    """Per run: final accuracy, final reward (mean of last k steps), entropy drop (first
-    step minus mean of last k steps), and step-means of clip fractions, bounds and rho."""
+    """Per run: final accuracy, final reward (mean of last k steps), entropy drift (mean of
+    the last k steps minus the first k: negative = fell), the share of updates whose
+    gradient norm was clipped, and step-means of clip fractions, bounds and rho."""
     steps = runs.steps.sort_values(["run_id", "step"])
     if steps.empty:
         return pd.DataFrame(columns=RUN_COLS)
@@ -46,14 +49,14 @@ def run_summary(runs: RunSet, last_k: int = 5) -> pd.DataFrame:
     out = pd.DataFrame(
         {
             "final_reward": tail["reward"].mean(),
-            "entropy_first": g["entropy"].first(),  # first non-null, i.e. the first step
-            "entropy_last": tail["entropy"].mean(),
+            "entropy_drift": g["entropy"].apply(lambda e: drift_of(e, last_k)),
             **{k: g[k].mean() for k in MEAN_OVER_STEPS},
         }
     )
-    out["entropy_drop"] = out["entropy_first"] - out["entropy_last"]
     table = runs.table.set_index("run_id")[RUN_COLS[1:] + ["status", "steps_used"]]
-    out = table.join(out).reset_index()
+    out = table.join(out)
+    out["grad_clip_share"] = grad_clip_share(runs).reindex(out.index)
+    out = out.reset_index()
     bapo = {r.run_id for r in runs.select(is_bapo)}
     for k in BAPO_ONLY:
         out.loc[~out["run_id"].isin(bapo), k] = np.nan

@@ -1,4 +1,10 @@
-"""Claim rows and their verdicts: `held` / `not held` only when 95% intervals settle it.
+"""Claim rows and their verdicts (docs/statistics.md).
+
+Every claim states a direction: a number above a threshold, inside a range, or a
+difference that rises or falls. `held` only when the 95% interval lies wholly on the
+claim's side, `not held` only when it lies wholly on the other side, `not settled`
+otherwise. Comparisons of two cells are judged on their paired difference by seed
+(analysis/paired.py); the two unpaired intervals are shown beside it.
 
 Shared by the paper-claims table (analysis/report.py) and the random-reward rows
 (analysis/random_reward.py).
@@ -7,13 +13,16 @@ Shared by the paper-claims table (analysis/report.py) and the random-reward rows
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from analysis.stats import fmt_ci, mean_ci, wilson
+from analysis.paired import DOWN, UP, direction_verdict, fmt_paired, paired_difference
+from analysis.stats import fmt_ci, mean_ci
 
 VERDICTS = ("held", "not held", "not settled", "no data")
+# The staleness levels the paper ran; 8x is shown but never decides a verdict.
+PAPER_LEVELS = (1, 2, 4)
 
 
 @dataclass
@@ -22,9 +31,10 @@ class Claim:
     paper: str
     criterion: str
     measured: str = "—"
+    basis: str = "—"  # the interval the verdict rests on, in short (the summary shows it)
     experiments: str = ""  # the experiments whose runs the numbers come from
     value: float = math.nan  # the main measured number, for tests and CSV readers
-    verdict: str = "no data"  # held / not held only when the 95% interval settles it
+    verdict: str = "no data"
     note: str = ""
 
 
@@ -42,23 +52,43 @@ def no_interval(c: Claim, *lows: float) -> bool:
 
 def threshold(c: Claim, values: pd.Series, above: float) -> Claim:
     """Held when the whole 95% interval lies above `above`, not held when below it."""
-    return _one_side(c, values, above, want_above=True)
+    return directed(c, values, above, UP)
 
 
-def _one_side(c: Claim, values: pd.Series, limit: float, want_above: bool) -> Claim:
+def below(c: Claim, values: pd.Series, limit: float) -> Claim:
+    """Held when the whole 95% interval lies below `limit`, not held when above it."""
+    return directed(c, values, limit, DOWN)
+
+
+def directed(c: Claim, values: pd.Series, ref: float, direction: int) -> Claim:
+    """Held when the 95% interval lies wholly on `direction`'s side of `ref`."""
     m, low, high, n, text = ci(values)
     if not n:
         return c
-    c.measured, c.value = text, m
+    c.measured = c.basis = text
+    c.value = m
     if no_interval(c, low):
         return c
-    if (low > limit) if want_above else (high < limit):
-        c.verdict = "held"
-    elif (high < limit) if want_above else (low > limit):
+    c.verdict = direction_verdict(low, high, direction, ref)
+    if c.verdict == "not settled":
+        c.note = f"95% interval includes {ref:g}"
+    return c
+
+
+def no_change(c: Claim, values: pd.Series) -> Claim:
+    """A claim of no change: `not held` when the 95% interval excludes 0, else `not
+    settled` (an interval holding 0 cannot show the absence of a change)."""
+    m, low, high, n, text = ci(values)
+    if not n:
+        return c
+    c.measured = c.basis = text
+    c.value = m
+    if no_interval(c, low):
+        return c
+    if low > 0 or high < 0:
         c.verdict = "not held"
     else:
-        c.verdict = "not settled"
-        c.note = "95% interval includes the threshold" if want_above else f"95% interval includes {limit:g}"
+        c.verdict, c.note = "not settled", "95% interval includes 0; it cannot show no change"
     return c
 
 
@@ -67,7 +97,8 @@ def in_range(c: Claim, values: pd.Series, lo: float, hi: float) -> Claim:
     m, low, high, n, text = ci(values)
     if not n:
         return c
-    c.measured, c.value = text, m
+    c.measured = c.basis = text
+    c.value = m
     if no_interval(c, low):
         return c
     if lo <= low and high <= hi:
@@ -81,43 +112,63 @@ def in_range(c: Claim, values: pd.Series, lo: float, hi: float) -> Claim:
     return c
 
 
-def greater(c: Claim, a: pd.Series, b: pd.Series, names: tuple[str, str]) -> Claim:
-    """Held when a's 95% interval lies wholly above b's, not held when wholly below."""
-    ma, la, ha, na, ta = ci(a)
-    mb, lb, hb, nb, tb = ci(b)
+def paired(c: Claim, a: pd.Series, b: pd.Series, names: tuple[str, str], direction: int) -> Claim:
+    """a - b paired by seed (the index of both): held when its 95% interval excludes 0 on
+    `direction`'s side, not held when on the other side. The unpaired intervals of a and
+    b are shown beside it."""
+    _, _, _, na, ta = ci(a)
+    _, _, _, nb, tb = ci(b)
     if not (na and nb):
         return c
-    c.measured = f"{names[0]} {ta} vs {names[1]} {tb}"
-    c.value = ma - mb
-    if no_interval(c, la, lb):
+    d = paired_difference(a, b)
+    c.basis = f"{names[0]} − {names[1]} {fmt_paired(d, direction)}"
+    c.measured = f"{names[0]} {ta} vs {names[1]} {tb}; paired {c.basis}"
+    c.value = d.mean
+    if not d.n:
+        c.verdict, c.note = "not settled", "no seed in common: nothing to pair"
         return c
-    if la > hb:
-        c.verdict = "held"
-    elif ha < lb:
-        c.verdict = "not held"
-    else:
-        c.verdict = "not settled"
-        c.note = f"95% intervals overlap (means differ by {c.value:+.4f})"
+    if no_interval(c, d.low):
+        return c
+    c.verdict = direction_verdict(d.low, d.high, direction)
+    if c.verdict == "not settled":
+        c.note = "paired 95% interval includes 0"
     return c
 
 
-def below(c: Claim, values: pd.Series, limit: float) -> Claim:
-    """Held when the whole 95% interval lies below `limit`, not held when above it."""
-    return _one_side(c, values, limit, want_above=False)
+def _reason(c: Claim) -> str:
+    """Why a row is not settled, without its confound note (reported on its own)."""
+    if c.verdict != "not settled":
+        return ""
+    return "; ".join(x for x in c.note.split("; ") if x and not x.startswith("confound"))
 
 
-def share_above(c: Claim, k: int, n: int, limit: float) -> Claim:
-    """k of n events: held when the share's 95% Wilson interval lies above `limit`, not
-    held when below it."""
-    if not n:
+def across_levels(c: Claim, parts: dict[int, Claim]) -> Claim:
+    """One row from the same claim tested at each staleness level (`parts`): every level is
+    shown, but only the paper's levels decide. Held when held at each of them, not held
+    when not held at each, otherwise not settled."""
+    shown = {k: p for k, p in sorted(parts.items()) if p.verdict != "no data"}
+    if not shown:
         return c
-    share, low, high = wilson(k, n)
-    c.measured = f"{share:.3f} [{low:.3f}, {high:.3f}] ({k} of {n})"
-    c.value = share
-    if low > limit:
-        c.verdict = "held"
-    elif high < limit:
-        c.verdict = "not held"
+    out = replace(c)
+    out.measured = "; ".join(f"{k}x: {p.measured}" for k, p in shown.items())
+    out.basis = "; ".join(f"{k}x: {p.basis}" for k, p in shown.items())
+    deciding = {k: p for k, p in shown.items() if k in PAPER_LEVELS}
+    verdicts = {p.verdict for p in deciding.values()}
+    out.value = deciding[max(deciding)].value if deciding else math.nan
+    per_level = ", ".join(f"{k}x {p.verdict}" + (f" ({_reason(p)})" if _reason(p) else "")
+                          for k, p in shown.items())
+    if not deciding:
+        out.verdict, out.note = "not settled", f"no level the paper ran ({per_level})"
+    elif verdicts == {"held"} or verdicts == {"not held"}:
+        out.verdict = verdicts.pop()
+        out.note = per_level if len(shown) > len(deciding) else ""
     else:
-        c.verdict, c.note = "not settled", f"95% Wilson interval includes {limit:g}"
-    return c
+        out.verdict, out.note = "not settled", per_level
+    extra = [k for k in shown if k not in PAPER_LEVELS]
+    notes = [out.note] if out.note else []
+    if extra:
+        notes.append(", ".join(f"{k}x" for k in extra) + " not run in the paper: shown, not deciding")
+    notes += [f"{k}x {x}" for k, p in deciding.items() for x in p.note.split("; ")
+              if x.startswith("confound")]
+    out.note = "; ".join(notes)
+    return out

@@ -19,8 +19,8 @@ def test_run_summary_matches_the_written_records(sweep, runset):
         steps = pd.DataFrame(syn.steps)
         row = s.loc[key]
         assert row["final_reward"] == pytest.approx(steps["reward_mean"].tail(2).mean())
-        drop = steps["entropy_mean"].iloc[0] - steps["entropy_mean"].tail(2).mean()
-        assert row["entropy_drop"] == pytest.approx(drop)
+        drift = steps["entropy_mean"].tail(2).mean() - steps["entropy_mean"].head(2).mean()
+        assert row["entropy_drift"] == pytest.approx(drift)
         assert row["clip_frac"] == pytest.approx(steps["clip_frac"].mean())
         assert row["final_sampled_acc"] == pytest.approx(syn.evals[-1]["sampled_accuracy"])
         assert row["final_greedy_acc"] == pytest.approx(syn.evals[-1]["greedy_accuracy"])
@@ -52,38 +52,44 @@ def _summary(rows: list[tuple]) -> pd.DataFrame:
         "length_pos",
         "length_neg",
         "clip_frac",
-        "entropy_drop",
+        "entropy_drift",
         "c_low",
         "c_high",
         "final_sampled_acc",
+        "grad_clip_share",
     ]
     s = pd.DataFrame(rows, columns=cols)
     return s.assign(suite="grid", experiment=[f"staleness_{k}x" for k in s["staleness"]])
 
 
-T2 = 4.303  # t(0.975, df=2): three seeds
+T1, T2 = 12.706, 4.303  # t(0.975, df): two seeds, three seeds (any Student-t table)
 
 
-def test_claim_verdicts_settle_only_on_the_intervals():
+def test_claim_verdicts_rest_on_paired_intervals_and_the_papers_levels():
     s = _summary(
         [
-            # method, k, seed, pos, neg_tok, len+, len-, clip, drop, c_low, c_high, acc
-            ("ppo", 1, 0, 0.50, 0.70, 10, 14, 0.00, 0.10, 0.8, 1.2, 0.30),
-            ("ppo", 1, 1, 0.50, 0.70, 10, 14, 0.00, 0.10, 0.8, 1.2, 0.30),
-            ("ppo", 1, 2, 0.50, 0.70, 10, 14, 0.00, 0.10, 0.8, 1.2, 0.30),
-            ("ppo", 4, 0, 0.38, 0.80, 10, 20, 0.20, 0.00, 0.8, 1.2, 0.30),
-            ("ppo", 4, 1, 0.39, 0.50, 11, 21, 0.21, 0.30, 0.8, 1.2, 0.31),
-            ("ppo", 4, 2, 0.40, 0.20, 12, 22, 0.22, 0.60, 0.8, 1.2, 0.32),
-            ("bapo", 4, 0, 0.44, 0.75, 10, 12, 0.10, 0.20, 0.50, 2.00, 0.40),
-            ("bapo", 4, 1, 0.45, 0.75, 10, 12, 0.10, 0.20, 0.52, 2.05, 0.41),
-            ("bapo", 4, 2, 0.46, 0.75, 10, 12, 0.10, 0.20, 0.54, 2.10, 0.42),
-            ("clip_higher", 4, 0, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.50),
-            ("clip_higher", 4, 1, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.51),
-            ("clip_higher", 4, 2, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.52),
-            ("clip_0.8_1.5", 4, 0, 0.5, 0.7, 10, 12, 0.1, 0.10, 0.8, 1.5, 0.3),
-            ("clip_0.8_1.5", 4, 1, 0.5, 0.7, 10, 12, 0.1, 0.12, 0.8, 1.5, 0.3),
-            ("clip_0.8_1.5", 4, 2, 0.5, 0.7, 10, 12, 0.1, 0.14, 0.8, 1.5, 0.3),
-            ("clip_0.5_1.2", 4, 0, 0.5, 0.7, 10, 12, 0.1, 0.50, 0.5, 1.2, 0.3),  # one seed
+            # method, k, seed, pos, neg_tok, len+, len-, clip, drift, c_low, c_high, acc, gclip
+            ("ppo", 1, 0, 0.50, 0.70, 10, 14, 0.00, -0.10, 0.8, 1.2, 0.30, 0.0),
+            ("ppo", 1, 1, 0.50, 0.70, 10, 14, 0.00, -0.10, 0.8, 1.2, 0.30, 0.0),
+            ("ppo", 1, 2, 0.50, 0.70, 10, 14, 0.00, -0.10, 0.8, 1.2, 0.30, 0.0),
+            ("ppo", 4, 0, 0.38, 0.80, 10, 20, 0.20, -0.30, 0.8, 1.2, 0.30, 0.2),
+            ("ppo", 4, 1, 0.39, 0.50, 11, 21, 0.21, -0.10, 0.8, 1.2, 0.31, 0.2),
+            ("ppo", 4, 2, 0.40, 0.20, 12, 23, 0.22, 0.20, 0.8, 1.2, 0.32, 0.2),
+            # 8x: a level the paper never ran; shown, never deciding
+            ("ppo", 8, 0, 0.60, 0.70, 10, 14, 0.30, -0.50, 0.8, 1.2, 0.20, 0.5),
+            ("ppo", 8, 1, 0.61, 0.70, 10, 14, 0.31, -0.50, 0.8, 1.2, 0.20, 0.5),
+            ("ppo", 8, 2, 0.62, 0.70, 10, 14, 0.32, -0.50, 0.8, 1.2, 0.20, 0.5),
+            ("bapo", 4, 0, 0.44, 0.75, 10, 12, 0.10, 0.20, 0.50, 2.00, 0.40, 0.2),
+            ("bapo", 4, 1, 0.45, 0.75, 10, 12, 0.10, 0.20, 0.52, 2.05, 0.41, 0.2),
+            ("bapo", 4, 2, 0.47, 0.75, 10, 12, 0.10, 0.20, 0.54, 2.10, 0.42, 0.2),
+            ("clip_higher", 4, 0, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.50, 0.2),
+            ("clip_higher", 4, 1, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.51, 0.2),
+            ("clip_higher", 4, 2, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.52, 0.2),
+            # drift of ppo plus 0.02, 0.03, 0.04: unpaired intervals overlap, pairs do not
+            ("clip_0.8_1.5", 4, 0, 0.5, 0.7, 10, 12, 0.1, -0.28, 0.8, 1.5, 0.3, 0.05),
+            ("clip_0.8_1.5", 4, 1, 0.5, 0.7, 10, 12, 0.1, -0.07, 0.8, 1.5, 0.3, 0.05),
+            ("clip_0.8_1.5", 4, 2, 0.5, 0.7, 10, 12, 0.1, 0.24, 0.8, 1.5, 0.3, 0.05),
+            ("clip_0.5_1.2", 4, 0, 0.5, 0.7, 10, 12, 0.1, 0.50, 0.5, 1.2, 0.3, 0.2),  # one seed
         ]
     )
     c = claims_table(s).set_index("claim")
@@ -91,39 +97,52 @@ def test_claim_verdicts_settle_only_on_the_intervals():
     def row(text):
         return c.filter(like=text, axis=0).iloc[0]
 
-    half = T2 * 0.01 / math.sqrt(3)  # sd 0.01 over three seeds
-    r = row("Negative tokens carry")  # 0.61 +- 0.025: wholly above 0.5
+    half = T2 * 0.01 / math.sqrt(3)  # sd 0.01 over three seeds: ± 0.0248
+    r = row("Negative tokens carry")  # 4x: 0.61 ± 0.025 held; 8x: 0.39 ± 0.025 not held
     assert r["value"] == pytest.approx(0.61) and r["verdict"] == "held"
-    assert r["measured"] == f"0.610 ± {half:.3f} (n=3)"
-    assert r["experiments"] == "staleness_4x"
-    r = row("Negative tokens are most")  # 0.5 +- 0.745: includes the threshold
-    assert r["verdict"] == "not settled" and r["note"] == "95% interval includes the threshold"
-    r = row("Negative responses are longer")  # [18.5, 23.5] vs [8.5, 13.5]
-    assert r["value"] == pytest.approx(10) and r["verdict"] == "held"
-    r = row("clip fraction")  # 4x [0.185, 0.235] vs 1x [0, 0]
-    assert r["verdict"] == "held" and r["note"] == "means monotone"
-    assert r["experiments"] == "staleness_1x, staleness_4x"
-    assert r["measured"] == f"1x: 0.000 ± 0.000, 4x: 0.210 ± {half:.3f} (n=3/3)"
-    r = row("entropy drop under ppo")  # 4x 0.3 +- 0.745 overlaps 1x's 0.1
+    assert r["measured"] == f"4x: 0.610 ± {half:.3f} (n=3); 8x: 0.390 ± {half:.3f} (n=3)"
+    assert r["note"] == "4x held, 8x not held; 8x not run in the paper: shown, not deciding"
+    assert r["experiments"] == "staleness_4x, staleness_8x"
+    r = row("Negative tokens are most")  # 4x: 0.5 ± 0.745 includes the threshold
     assert r["verdict"] == "not settled"
-    assert r["note"] == "means monotone; 95% intervals at 1x and 4x overlap"
-    r = row("c_high settles")  # 2.05 +- 0.124: inside [1.9, 2.2]
+    # lengths within each run: 10, 10, 11 -> mean 10.333, sd 0.577, ± 4.303 * 0.577 / 1.732
+    r = row("Negative responses are longer")
+    assert r["verdict"] == "held" and r["value"] == pytest.approx(31 / 3)
+    assert f"4x: A<0 − A>0 +10.333 ± {T2 * math.sqrt(1 / 3) / math.sqrt(3):.3f} (n=3; 3 of 3 " \
+           "seeds > 0)" in r["basis"]
+    r = row("clip fraction")  # 4x - 1x by seed: 0.20, 0.21, 0.22
+    assert r["verdict"] == "held" and r["value"] == pytest.approx(0.21)
+    assert r["basis"].startswith(f"4x: 4x − 1x +0.210 ± {half:.3f} (n=3; 3 of 3 seeds > 0)")
+    assert "4x confound: gradient-norm clipping binds on 20% (4x) vs 0% (1x)" in r["note"]
+    # drift 4x - 1x by seed: -0.2, 0, 0.3 (not settled); 8x - 1x: -0.4 (held, not deciding)
+    r = row("entropy fall under ppo")
+    assert r["verdict"] == "not settled" and r["value"] == pytest.approx(0.1 / 3)
+    assert r["note"].startswith("4x not settled (paired 95% interval includes 0), 8x held; "
+                                "8x not run in the paper")
+    r = row("c_high settles")  # 2.05 ± 0.124: inside [1.9, 2.2]
     assert r["value"] == pytest.approx(2.05) and r["verdict"] == "held"
-    r = row("c_low settles")  # 0.52 +- 0.050: wholly below 0.65
+    r = row("c_low settles")  # 0.52 ± 0.050: wholly below 0.65
     assert r["verdict"] == "not held"
-    r = row("positive contribution (bapo")  # 0.45 +- 0.025 reaches below 0.43
-    assert r["verdict"] == "not settled"
-    assert r["note"] == "mean inside the range; its 95% interval reaches out of it"
-    r = row("raises the positive contribution")  # [0.425, 0.475] vs [0.365, 0.415]
-    assert r["value"] == pytest.approx(0.06) and r["verdict"] == "held"
-    r = row("bapo beats ppo at 4x")  # [0.385, 0.435] vs [0.285, 0.335]
+    # 0.44, 0.45, 0.47: mean 0.4533, sd 0.01528, ± 0.0380 reaches below 0.43
+    r = row("positive contribution (bapo")
+    assert r["verdict"] == "not settled" and "mean inside the range" in r["note"]
+    # bapo - ppo by seed: 0.06, 0.06, 0.07: mean 0.0633, sd 0.00577, ± 0.0143
+    r = row("raises the positive contribution")
+    assert r["value"] == pytest.approx(0.19 / 3) and r["verdict"] == "held"
+    assert "3 of 3 seeds > 0" in r["basis"]
+    r = row("bapo beats ppo at 4x")  # 0.10 on every seed
     assert r["value"] == pytest.approx(0.10) and r["verdict"] == "held"
-    r = row("bapo beats clip_higher at 4x")  # [0.385, 0.435] vs [0.485, 0.535]: wholly below
+    r = row("bapo beats clip_higher at 4x")  # -0.10 on every seed: the other direction
     assert r["verdict"] == "not held"
+    assert "0 of 3 seeds > 0" in r["basis"]
     assert row("bapo beats ppo at 2x")["verdict"] == "no data"
-    r = row("Raising c_high")  # ppo 0.3 +- 0.745 vs 0.12 +- 0.05: a mean-only difference
-    assert r["value"] == pytest.approx(0.18) and r["verdict"] == "not settled"
-    assert r["note"] == "95% intervals overlap (means differ by +0.1800)"
+    # clip_0.8_1.5 - ppo drift by seed: 0.02, 0.03, 0.04: mean 0.03 ± 0.0248, wholly above
+    # 0, though the two unpaired intervals (± 0.62 each) overlap almost entirely
+    r = row("Raising c_high")
+    assert r["value"] == pytest.approx(0.03) and r["verdict"] == "held"
+    assert r["basis"] == f"clip_0.8_1.5 − ppo +0.030 ± {half:.3f} (n=3; 3 of 3 seeds > 0)"
+    assert r["note"] == ("confound: gradient-norm clipping binds on 5% (clip_0.8_1.5) vs 20% "
+                         "(ppo) of updates")
     r = row("Lowering c_low")  # one seed of clip_0.5_1.2: no interval
     assert r["verdict"] == "not settled" and r["note"] == "one seed: no interval"
     assert set(c["verdict"]) <= {"held", "not held", "not settled", "no data"}

@@ -143,8 +143,8 @@ def test_make_figures_leaves_no_stale_file(tmp_path, write_run):
     (out / "notes.txt").write_text("mine")  # not the tool's: left alone
     assert make_figures.main([*args, "--only", "fig11", "--formats", "png"]) == 0
     again = _files(out)
-    assert again == {"notes.txt", "REPORT.md", "results.csv", "claims.csv",
-                     "fig11_final_accuracy.png",
+    assert again == {"notes.txt", "REPORT.md", "results.csv", "claims.csv", "claim_counts.csv",
+                     "runs.csv", "fig11_final_accuracy.png",
                      *{f for f in again if f.startswith("suites/")}}
     assert all(f.endswith("fig11_final_accuracy.png") for f in again if f.startswith("suites/"))
     assert not list(tmp_path.glob(".out.*"))  # the staging dir is gone

@@ -10,7 +10,8 @@ from analysis import make_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS, FIGURES = ROOT / "experiments" / "results", ROOT / "figures"
-TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "bapo_search.csv"]
+TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "runs.csv",
+                "bapo_search.csv"]
 
 
 @pytest.mark.skipif(

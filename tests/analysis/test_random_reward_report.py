@@ -18,6 +18,7 @@ from analysis.entropy_law import (
     entropy_drift,
     law_by_cell,
     pearson,
+    seed_agreement,
     sign_agreement,
     summed_change,
     update_pairs,
@@ -173,38 +174,65 @@ def _verdicts(claims: pd.DataFrame) -> dict[str, str]:
     return dict(zip(claims["claim"], claims["verdict"], strict=True))
 
 
-def test_claim_verdicts_follow_the_intervals(coin_flip_runs):
+def test_each_row_tests_its_own_direction_on_paired_and_per_seed_intervals(coin_flip_runs):
     _, runs = coin_flip_runs
     (suite,) = {r.suite for r in runs.runs if r.cfg("train.staleness_mode") == "minibatch"}
     claims = suite_claims(runs, suite, LAST_K)
     v = _verdicts(claims)
     mode = f"minibatch mode, {STEPS} steps"
-    # control drifts -0.01, 0, 0.01: the interval holds 0
-    assert v["Entropy falls under random rewards without clipping (ppo at 1x, the control; "
-             f"{mode})"] == "not settled"
-    # ppo: -0.21 ± 4.303 * 0.01 / sqrt(3) = ± 0.0248, wholly below 0
+    # control drifts -0.01, 0, 0.01: expected no drift; the interval holds 0, which cannot
+    # show the absence of a drift
+    assert v["Entropy does not drift under random rewards without clipping (ppo at 1x, the "
+             f"control; {mode})"] == "not settled"
+    # ppo: -0.21 ± 4.303 * 0.01 / sqrt(3) = ± 0.0248, wholly below 0: falls, as stated
     row = claims[claims["claim"].str.startswith("Symmetric clipping [0.8, 1.2] lowers")].iloc[0]
     assert row["verdict"] == "held" and row["value"] == pytest.approx(-0.21)
     assert row["measured"] == "-0.210 ± 0.025 (n=3)"
-    assert v[f"Entropy falls under random rewards (clip_0.8_1.5, [0.8, 1.5], at 4x, {mode})"] == "not held"
+    # clip_0.5_1.2 is expected to fall: -0.2 ± 4.303 * 0.05 / sqrt(3) = ± 0.124, below 0
     assert v[f"Entropy falls under random rewards (clip_0.5_1.2, [0.5, 1.2], at 4x, {mode})"] == "held"
-    # 1x [-0.025, 0.025] wholly above ppo 4x [-0.235, -0.185]
+    # clip_0.8_1.5 ("falls less than ppo, or rises") names no direction of its own: only
+    # its paired row against ppo tests it
+    assert not any("(clip_0.8_1.5, [0.8, 1.5]" in c for c in v)
+    # ppo 4x - control by seed: -0.19, -0.21, -0.23: -0.21 ± 0.0497, below 0
     assert v[f"Clipping lowers entropy below the unclipped control under random rewards "
              f"(ppo at 4x vs 1x, {mode})"] == "held"
-    # clip_0.8_1.5 [0.035, 0.085] above ppo: held; clip_0.5_1.2 -0.2 ± 0.124 overlaps ppo
-    assert v[f"Raising c_high raises entropy under random rewards (clip_0.8_1.5 vs ppo at 4x, "
-             f"{mode}; Fig. 7)"] == "held"
+    # clip_0.8_1.5 - ppo by seed: 0.25, 0.27, 0.29: 0.27 ± 0.0497, above 0 as stated
+    high = claims[claims["claim"].str.startswith("Raising c_high")].iloc[0]
+    assert high["verdict"] == "held" and high["value"] == pytest.approx(0.27)
+    assert high["basis"] == f"clip_0.8_1.5 − ppo +0.270 ± {T2 * 0.02 / math.sqrt(3):.3f} (n=3; " \
+                            "3 of 3 seeds > 0)"
+    # clip_0.5_1.2 - ppo by seed: 0, -0.04, +0.07: mean +0.01, sd 0.0557: holds 0
     low_row = claims[claims["claim"].str.startswith("Lowering c_low")].iloc[0]
     assert low_row["verdict"] == "not settled"
-    assert low_row["value"] == pytest.approx(-0.21 - (-0.20))  # ppo minus clip_0.5_1.2
+    assert low_row["value"] == pytest.approx(0.01)
+    assert "1 of 3 seeds < 0" in low_row["basis"]
+    # Eq. 6 sign rows, per seed then a t-interval over seeds:
+    # ppo 1x: 2 of 4 on every seed -> 0.5 ± 0: not above 0.5
+    # ppo 4x: 12, 14, 10 of 16 -> 0.75, 0.875, 0.625: 0.75 ± 4.303 * 0.125 / sqrt(3)
+    #   = ± 0.311, which holds 0.5 (a Wilson interval over the 48 updates, [0.61, 0.85],
+    #   would have called it held)
+    # clip_0.8_1.5: 0 of 16 on every seed -> 0 ± 0: wholly below 0.5
     sign = {c: x for c, x in v.items() if c.startswith("The covariance predicts")}
     assert sign == {
         f"The covariance predicts the sign of the per-update entropy change better than "
         f"chance ({m} at {k}x, {mode}; Eq. 6)": verdict
-        for (m, k), verdict in {("ppo", 1): "not settled", ("ppo", 4): "held",
+        for (m, k), verdict in {("ppo", 1): "not settled", ("ppo", 4): "not settled",
                                 ("clip_0.8_1.5", 4): "not held",
                                 ("clip_0.5_1.2", 4): "not settled"}.items()
     }
+    ppo4 = claims[claims["claim"].str.contains(r"chance \(ppo at 4x")].iloc[0]
+    assert ppo4["measured"] == f"0.750 ± {T2 * 0.125 / math.sqrt(3):.3f} (n=3)"
+
+
+def test_seed_agreement_gives_each_seeds_share(coin_flip_runs):
+    _, runs = coin_flip_runs
+    mini = runs.subset(lambda r: r.cfg("train.staleness_mode") == "minibatch")
+    shares = seed_agreement(update_pairs(mini)).set_index(["method", "staleness", "seed"])
+    assert shares.loc[("ppo", 4), "share"].tolist() == [12 / 16, 14 / 16, 10 / 16]
+    law = law_by_cell(update_pairs(mini)).set_index(["method", "staleness"]).loc[("ppo", 4)]
+    half = T2 * 0.125 / math.sqrt(3)  # shares 0.75, 0.875, 0.625: sd 0.125
+    assert (law["seed_agree_mean"], law["seed_agree_n"]) == (pytest.approx(0.75), 3)
+    assert law["seed_agree_high"] - law["seed_agree_mean"] == pytest.approx(half)
 
 
 def test_a_suite_without_its_own_control_borrows_the_1x_runs_of_another_mode(coin_flip_runs):

@@ -1,0 +1,56 @@
+"""How many claims each verdict has, per suite and in all: the numbers a README quotes.
+
+`claim_counts` makes figures/claim_counts.csv from the claims table; `counts_in_report`
+reads the same numbers back out of REPORT.md, so a test can check that the two agree and
+any text quoting the CSV quotes what the report says.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from analysis.verdicts import VERDICTS
+
+ALL = "all"  # the label of the row that sums every suite
+COLUMNS = ["label", "suite", *VERDICTS, "total"]
+_HEADING = re.compile(r"^### (S\d+)\b")
+_VERDICTS_LINE = re.compile(r"^Verdicts: (.*)\.$")
+_COUNT = re.compile(r"(\d+) (" + "|".join(sorted(VERDICTS, key=len, reverse=True)) + ")")
+
+
+def claim_counts(claims: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
+    """One row per suite (in `labels` order: suite name -> short label) and a last row
+    `all`: the number of claims of each verdict and their total."""
+    rows = []
+    for suite, label in labels.items():
+        counts = claims.loc[claims["suite"] == suite, "verdict"].value_counts()
+        rows.append({"label": label, "suite": suite,
+                     **{v: int(counts.get(v, 0)) for v in VERDICTS}})
+    table = pd.DataFrame(rows, columns=["label", "suite", *VERDICTS])
+    total = {"label": ALL, "suite": "", **{v: int(table[v].sum()) for v in VERDICTS}}
+    table = pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+    table["total"] = table[list(VERDICTS)].sum(axis=1)
+    return table[COLUMNS]
+
+
+def counts_in_report(text: str) -> dict[str, dict[str, int]]:
+    """Per suite label: {verdict: count} from REPORT.md's 'Verdicts: ...' line under each
+    '### S<n>' heading of the claims section (S1 where the report has one suite)."""
+    out: dict[str, dict[str, int]] = {}
+    label = None
+    for line in text.splitlines():
+        if line == "## Paper claims":
+            label = "S1"  # one suite: its claims have no heading of their own
+            continue
+        heading = _HEADING.match(line)
+        if heading:
+            label = heading.group(1)
+            continue
+        found = _VERDICTS_LINE.match(line)
+        if found and label and label not in out:
+            counts = {v: 0 for v in VERDICTS}
+            counts.update({v: int(n) for n, v in _COUNT.findall(found.group(1))})
+            out[label] = counts
+    return out
