@@ -42,6 +42,17 @@ COMPARED = ("method", "experiment.name", "train.staleness")
 MAX_SHOWN_KEYS = 3
 
 
+# Sections added to config.yaml after runs were committed, with the values those runs used:
+# `numeric_config` leaves these keys out where they hold these values, so an old run and
+# a new one of the same setting are one cell. The same map as src/run_dir.py's
+# ADDED_SECTIONS (a test keeps the two equal).
+ADDED_SECTIONS = {
+    "offpolicy": {"source": "fresh", "anchor": "coupled", "weight_cap": 2.0, "delay": None,
+                  "replay_capacity": None, "replay_draws": None, "token_budget": None,
+                  "mask_stale_prefix": None},
+}
+
+
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(node, dict) and node:
         out: dict[str, Any] = {}
@@ -56,9 +67,12 @@ def _under(key: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def numeric_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Every key of a run's config that can change its numbers, seed excluded."""
+    """Every key of a run's config that can change its numbers, seed excluded; keys of a
+    section added since runs were committed count only where they leave its old values."""
+    added = flatten(ADDED_SECTIONS)
     return {k: v for k, v in flatten(cfg).items()
-            if k != "seed" and not _under(k, NON_NUMERIC_KEYS)}
+            if k != "seed" and not _under(k, NON_NUMERIC_KEYS)
+            and not (k in added and added[k] == v)}
 
 
 def _key(items: dict[str, Any]) -> str:

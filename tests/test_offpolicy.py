@@ -287,6 +287,9 @@ def test_replay_defaults_and_stored_configs_without_the_section():
     assert (cfg.offpolicy.replay_capacity, cfg.offpolicy.replay_draws) == (4, 1)
     defaults = to_container(compose([]))["offpolicy"]
     assert ADDED_SECTIONS["offpolicy"] == defaults == vars(OffPolicyConfig())
+    from analysis.cells import ADDED_SECTIONS as ANALYSIS_SECTIONS
+
+    assert ANALYSIS_SECTIONS == ADDED_SECTIONS
     # a run dir committed before the section existed holds the default run
     old = copy.deepcopy(to_container(compose([])))
     del old["offpolicy"]
