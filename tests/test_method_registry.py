@@ -74,7 +74,7 @@ def test_old_layout_configs_read_as_todays():
     method's yaml today; only bapo_official differs, by the recipe's dual-clip it now has."""
     from analysis.loader import upgrade_method_layout as analysis_upgrade
     from src.config import to_container
-    from src.run_dir import config_differences, stored_config
+    from src.run_dir import ADDED_SECTIONS, config_differences, stored_config, upgrade_method_layout
 
     runs = sorted((REPO / "tests" / "data" / "old_layout_runs").glob("*"))
     assert len(runs) == 8
@@ -82,7 +82,9 @@ def test_old_layout_configs_read_as_todays():
         raw = yaml.safe_load((run_dir / "config.yaml").read_text())
         assert "c_low" in raw["method"]  # the old layout
         upgraded = stored_config(run_dir)
-        assert analysis_upgrade(raw) == upgraded
+        assert analysis_upgrade(raw) == upgrade_method_layout(raw)
+        # sections added since read as the values those runs used
+        assert {k: upgraded[k] for k in ADDED_SECTIONS} == ADDED_SECTIONS
         name = upgraded["method"]["name"]
         diffs = config_differences(upgraded["method"], to_container(compose([f"method={name}"]))["method"])
         expected = [("bapo.dual_clip_c", None, 3.0)] if name == "bapo_official" else []
