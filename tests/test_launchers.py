@@ -155,8 +155,10 @@ def test_wandb_groups_the_runs_by_sweep_and_cell(swept):
     assert {"sweep:smoke_sweep", "smoke", "ppo", "seed0"} <= set(run.tags)
 
 
-def test_every_job_is_checked_before_any_starts_with_a_launcher(tmp_path, overrides, capsys):
-    kind = run_sweep.choose_launcher("joblib", 2, None, overrides)
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_every_job_is_checked_before_any_starts_with_a_launcher(tmp_path, overrides, capsys,
+                                                                launcher):
+    kind = run_sweep.choose_launcher(launcher, 2, None, overrides)
     # checkpoint.keep changes no number: both jobs would write one run dir
     shared = sweep_command(overrides, tmp_path, "checkpoint.keep=2,3", *kind.overrides)
     bad = sweep_command(overrides, tmp_path, "train.staleness_mode=nope", *kind.overrides)
