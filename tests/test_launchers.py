@@ -225,3 +225,19 @@ def wandb_records(path: Path):
             pending += chunk
         else:
             break
+
+
+def test_the_default_launcher_runs_one_after_another_through_the_same_wrapper(tmp_path, overrides):
+    # `python experiments/run_sweep.py NAME` without a launcher: Hydra's basic launcher, one
+    # process, the same checks, progress and summary.
+    kind = run_sweep.choose_launcher(None, None, None, overrides)
+    assert kind.kind == "basic" and kind.workers == 1 and kind.overrides == []
+    cmd = [sys.executable, "-m", "src.run", "-m", "seed=0,1", *overrides, "train.steps=1",
+           "logger.progress=false", f"hydra.sweep.dir={tmp_path}"]
+    run_sweep.check_all([cmd])
+    out = io.StringIO()
+    assert run_sweep.run_sweep("basic_sweep", [cmd], kind, out=out) == 0
+    text = out.getvalue()
+    assert "run 1/2 finished in" in text and "run 2/2 finished in" in text, text
+    assert "sweep basic_sweep: 2 runs" in text and "2 finished, 0 skipped" in text
+    assert len(list(tmp_path.glob("smoke/ppo/*/seed*/status.json"))) == 2
