@@ -126,8 +126,17 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
     if cfg.logger.backend == "wandb":
         import wandb
 
+        # Seeds of one cell share a group (the dashboard pools them); job_type is the sweep
+        # (experiments/run_sweep.py sets REPRO_SWEEP), and the tags name both.
+        cell = f"{cfg.experiment.name}/{cfg.method.name}"
+        if run_dir.name == f"seed{cfg.seed}" and run_dir.parent.name != cfg.method.name:
+            cell += f"/{run_dir.parent.name}"  # the dir level of the overrides
+        sweep = os.environ.get("REPRO_SWEEP") or "single"
         wandb_run = wandb.init(project=cfg.logger.project, dir=str(run_dir), config=config_dict,
                                name=f"{cfg.experiment.name}-{cfg.method.name}-seed{cfg.seed}",
+                               group=cell[:128], job_type=sweep[:64],
+                               tags=[f"sweep:{sweep}"[:64], cfg.experiment.name[:64],
+                                     cfg.method.name[:64], f"seed{cfg.seed}"],
                                mode=cfg.logger.mode or os.environ.get("WANDB_MODE", "offline"))
     started = now_iso()
     meta = {"git_commit": git_commit(), "versions": package_versions(_VERSIONED), "device": str(device),

@@ -216,7 +216,7 @@ class ProjectGRPOTrainer(GRPOTrainer):
         if mode == "train" and self._run_dir is not None:
             record["tokens_total"] = int(mask.sum())
             self._micro.append(record)
-            if out is not None and self.accelerator.is_main_process:
+            if out is not None:  # every rank keeps its own; rank 0 gathers them per rollout
                 self._token_rows(inputs, mask.bool(), logps, old, adv, entropies, out)
         return loss
 
@@ -376,6 +376,23 @@ class ProjectGRPOTrainer(GRPOTrainer):
             rewards=inputs["repro_reward"], lengths=inputs["completion_mask"].sum(dim=1)))
         self._time_telemetry += time.perf_counter() - t0
 
+    def _gathered_token_parts(self) -> dict[str, np.ndarray] | None:
+        """This rollout's token rows of all ranks (on the main process; None elsewhere), in
+        (update, response_id, position) order, as the project's trainer writes them."""
+        local = concat_columns(self._token_parts) if self._token_parts else None
+        self._token_parts = []
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            everyone = [p for p in gather_object([local]) if p is not None]
+        else:
+            everyone = [local] if local is not None else []
+        if not self.accelerator.is_main_process or not everyone:
+            return None
+        columns = concat_columns(everyone)
+        order = np.lexsort((columns["position"], columns["response_id"], columns["update"]))
+        return {k: v[order] for k, v in columns.items()}
+
     # -- update / step boundaries ------------------------------------------------------
     def training_step(self, model, inputs, num_items_in_batch):
         t0, self._gen_time = time.perf_counter(), 0.0
@@ -420,10 +437,11 @@ class ProjectGRPOTrainer(GRPOTrainer):
         step, updates = self._rollout_step, self._rollout_updates
         if step < 0 or not updates:
             return
+        t0 = time.perf_counter()
+        parts = self._gathered_token_parts()  # collective: every rank calls it
         if self._writer is not None:
-            t0 = time.perf_counter()
-            if self._token_parts:
-                self._writer.write_tokens(step, concat_columns(self._token_parts))
+            if parts:
+                self._writer.write_tokens(step, parts)
             self._time_telemetry += time.perf_counter() - t0
             record = dict(self._rollout_stats)
             # Update 0 runs the behaviour weights, so its entropies are the behaviour policy's

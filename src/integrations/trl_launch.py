@@ -3,7 +3,13 @@
 Builds the model, the project task's prompts and its verifier reward, and the project's
 evaluator from a launch yaml (conf/integrations/trl_grpo.yaml, trl_grpo_tiny_cpu.yaml),
 then runs `ProjectGRPOTrainer` (src/integrations/trl_grpo.py) and writes the run dir.
-Works under `accelerate launch -m src.integrations.trl_launch ...` too.
+Under `accelerate launch` (data parallel over processes; on CPU the gloo backend):
+
+    accelerate launch --cpu --num_processes 2 -m src.integrations.trl_launch \
+        --config conf/integrations/trl_grpo_tiny_cpu.yaml
+
+only the main process writes the run dir, with every rank's updates and token rows
+(docs/scale_out.md has the same for several GPUs and nodes).
 """
 
 from __future__ import annotations
@@ -43,8 +49,15 @@ def build_trainer(cfg: dict) -> ProjectGRPOTrainer:
                         "eval": dict(cfg.get("eval") or {})})
     task = get_task(project.task.name, **dict(project.task.params))
     if project.model.kind == "tiny":
+        from accelerate import PartialState
+
         from src.build import build_model
-        model, tokenizer, info = build_model(project, task, torch.device("cpu"), progress=True)
+
+        # Under `accelerate launch` the main process builds (or loads) the cached warm start
+        # first; the other ranks then load that same cache entry instead of training it too.
+        with PartialState().main_process_first():
+            model, tokenizer, info = build_model(project, task, torch.device("cpu"),
+                                                 progress=PartialState().is_main_process)
         start = int(info.get("next_train_index", 0))
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -79,9 +92,54 @@ def build_trainer(cfg: dict) -> ProjectGRPOTrainer:
                       "model": {"kind": project.model.kind, "path": project.model.path}})
 
 
+_RANK_VARS = ("WORLD_SIZE", "LOCAL_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def requested_cpu_processes(parent_cmdline: list[str]) -> int | None:
+    """`--num_processes N` of the `accelerate launch` command line that started this process."""
+    for i, arg in enumerate(parent_cmdline):
+        for flag in ("--num_processes", "--num-processes"):
+            if arg == flag and i + 1 < len(parent_cmdline):
+                return int(parent_cmdline[i + 1])
+            if arg.startswith(f"{flag}="):
+                return int(arg.split("=", 1)[1])
+    return None
+
+
+def fan_out_cpu_ranks(argv: list[str]) -> int | None:
+    """`accelerate launch --cpu --num_processes N` (N > 1) starts this script once: accelerate
+    1.x runs several CPU processes only under mpirun. Start the N ranks here with torch's own
+    launcher (torch.distributed.run) on accelerate's address and port; accelerate then sees
+    each as a MULTI_CPU rank on the gloo backend. Returns their exit code, or None when this
+    process already is a rank (or one process was asked for)."""
+    import os
+    import subprocess
+
+    env = os.environ
+    if (env.get("ACCELERATE_USE_CPU", "").lower() not in ("true", "1") or "MASTER_ADDR" not in env
+            or any(k in env for k in _RANK_VARS)):
+        return None
+    try:
+        import psutil
+
+        n = requested_cpu_processes(psutil.Process().parent().cmdline())
+    except Exception:  # no parent to read: run as one process
+        n = None
+    if n is None or n < 2:
+        return None
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}",
+           f"--master_addr={env['MASTER_ADDR']}", f"--master_port={env.get('MASTER_PORT', '29500')}",
+           "-m", "src.integrations.trl_launch", *argv]
+    return subprocess.run(cmd).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
+    argv = sys.argv[1:] if argv is None else argv
+    fanned = fan_out_cpu_ranks(argv)
+    if fanned is not None:
+        return fanned
     p = argparse.ArgumentParser(description="GRPO with the project's objectives, on TRL.")
     p.add_argument("--config", required=True, help="launch yaml (conf/integrations/trl_grpo.yaml)")
     p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. method=ppo staleness=4")
