@@ -19,13 +19,12 @@ from src.algorithms import CLIP_STATES
 from src.algorithms.metrics import STATE_FRACTIONS
 
 # Means over a step's (not skipped) updates.
-STEP_MEAN_KEYS = ("clip_frac", "clip_low_frac", "clip_high_frac", "masked_frac", "trunc_low_frac",
-                  "trunc_high_frac", "kl_penalty_frac", "clip_frac_pos", "clip_frac_neg",
-                  "token_share_pos", "token_share_neg", "contrib_grad_pos_share",
-                  "contrib_value_pos_share", "c_low", "c_high", "rho", "grad_norm", "kl_k3",
-                  "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1", "m2", "grad_clipped",
-                  "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1", "behav_kl_k3", "behav_m2",
-                  "behav_ess", "behav_weight_mean", "version_span_mean")
+STEP_MEAN_KEYS = ("clip_frac", *STATE_FRACTIONS,  # every state's share, so none is left out
+                  "clip_frac_pos", "clip_frac_neg", "token_share_pos", "token_share_neg",
+                  "contrib_grad_pos_share", "contrib_value_pos_share", "c_low", "c_high", "rho",
+                  "grad_norm", "kl_k3", "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1", "m2",
+                  "grad_clipped", "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1",
+                  "behav_kl_k3", "behav_m2", "behav_ess", "behav_weight_mean", "version_span_mean")
 # Summed over a step's updates (per-bin counts) and the step's maximum.
 STEP_SUM_LIST_KEYS = ("ratio_hist_pos", "ratio_hist_neg")
 STEP_MAX_KEYS = ("policy_lag_max", "behav_weight_max", "version_span_max")

@@ -43,8 +43,11 @@ def clipped_low(ratio: Tensor, advantages: Tensor, c_low: float) -> Tensor:
 
 
 def carries_gradient(state: Tensor) -> Tensor:
-    """True where a token's state leaves it a gradient (every state but `NO_GRADIENT`)."""
-    return (state == NONE) | (state > MASKED)
+    """True where a token's state leaves it a gradient (every state but `NO_GRADIENT`),
+    read from the list itself, not from the states' order, so a state appended later
+    counts as what NO_GRADIENT says it is."""
+    no_gradient = torch.tensor(NO_GRADIENT, dtype=state.dtype, device=state.device)
+    return ~torch.isin(state, no_gradient)
 
 
 def clip_states(ratio: Tensor, advantages: Tensor, c_low: float, c_high: float,

@@ -1,0 +1,27 @@
+"""Step records cover every clip state, and the gradient rule reads the state list."""
+
+from __future__ import annotations
+
+import torch
+
+from src.algorithms import surrogate
+from src.algorithms.metrics import STATE_FRACTIONS
+from src.algorithms.surrogate import CLIP_STATES, NO_GRADIENT, carries_gradient
+from src.records import STEP_MEAN_KEYS, update_means
+
+
+def test_every_state_fraction_is_averaged_per_step():
+    assert set(STATE_FRACTIONS) <= set(STEP_MEAN_KEYS)
+    means = update_means([{"dual_clip_frac": 0.25}, {"dual_clip_frac": 0.75}])
+    assert means["dual_clip_frac"] == 0.5  # committed dual-clip runs lacked it per step
+
+
+def test_carries_gradient_follows_the_no_gradient_list_not_the_order(monkeypatch):
+    states = torch.arange(len(CLIP_STATES), dtype=torch.int8)
+    expected = [name not in ("clip_low", "clip_high", "dual", "masked") for name in CLIP_STATES]
+    assert carries_gradient(states).tolist() == expected
+    # a no-gradient state appended to the list (code 8) must read as one, though its code
+    # is above `masked` (the old rule, state > MASKED, counted it as carrying a gradient)
+    new_code = len(CLIP_STATES)
+    monkeypatch.setattr(surrogate, "NO_GRADIENT", (*NO_GRADIENT, new_code))
+    assert not carries_gradient(torch.tensor([new_code], dtype=torch.int8)).item()
