@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
-import src.algorithms.surrogate as surrogate_module
 from src.algorithms.metrics import STATE_FRACTIONS
 from src.algorithms.surrogate import CLIP_STATES, NO_GRADIENT, carries_gradient
 from src.records import STEP_MEAN_KEYS, update_means
@@ -23,5 +24,5 @@ def test_carries_gradient_follows_the_no_gradient_list_not_the_order(monkeypatch
     # a no-gradient state appended to the list (code 8) must read as one, though its code
     # is above `masked` (the old rule, state > MASKED, counted it as carrying a gradient)
     new_code = len(CLIP_STATES)
-    monkeypatch.setattr(surrogate_module, "NO_GRADIENT", (*NO_GRADIENT, new_code))
+    monkeypatch.setattr(importlib.import_module("src.algorithms.surrogate"), "NO_GRADIENT", (*NO_GRADIENT, new_code))
     assert not carries_gradient(torch.tensor([new_code], dtype=torch.int8)).item()
