@@ -51,6 +51,7 @@ def check_run(overrides: list[str], multirun: bool) -> None:
                 dirs[run_dir] = i
                 check_machine(cfg)
                 check_existing_run(cfg, run_dir)
+                check_run_dir_free(run_dir)
             except ConfigError as e:
                 raise ConfigError(f"{e}{where}") from None
 
@@ -152,6 +153,16 @@ def check_existing_run(cfg: Config, run_dir: Path) -> None:
     if not finished and cfg.resume == "false":
         raise ConfigError(f"resume=false but {run_dir} holds an unfinished run; pass resume=true "
                           "to continue it or overwrite=true to move it aside and start fresh")
+
+
+def check_run_dir_free(run_dir: Path) -> None:
+    """Refuse a run dir that another process is running in (src/run_lock.py)."""
+    from src.run_lock import RunDirBusy, check_unlocked
+
+    try:
+        check_unlocked(run_dir)
+    except RunDirBusy as e:
+        raise ConfigError(str(e)) from None
 
 
 # -- Hydra's messages ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from src._wait_policy import CHOICE as WAIT_CHOICE
 from src.config import Config, ConfigError, to_container, validate
 from src.run_dir import register_resolver
 
@@ -27,6 +28,7 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 register_resolver()  # ${run_tag:...} in conf/config.yaml's run dir
 EXIT_CONFIG = 2
 EXIT_NUMERIC = 3
+EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 _HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--resolve",
                      "--package", "-p", "--shell-completion", "-sc", "--version",
                      "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
@@ -78,7 +80,24 @@ def prepare_run_dir(cfg: Config, run_dir: Path) -> str:
 
 
 def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> str:
-    """Run (or skip, or resume) one run in `run_dir`; `overrides` are recorded in meta.json."""
+    """Run (or skip, or resume) one run in `run_dir`; `overrides` are recorded in meta.json.
+
+    The run dir's lock (src/run_lock.py) is held from before anything is read until the
+    end, so a second process on the same dir exits 2 naming the holder.
+    """
+    from src.run_lock import RunDirBusy, RunDirLock
+
+    try:
+        lock = RunDirLock(run_dir)
+    except RunDirBusy as e:
+        config_exit(str(e))
+    try:
+        return _execute_locked(cfg, run_dir, overrides, lock)
+    finally:
+        lock.close()
+
+
+def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, lock) -> str:
     import torch
 
     from src.build import (
@@ -102,6 +121,7 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
     from src.trainer import NumericFault, Trainer
 
     mode = prepare_run_dir(cfg, run_dir)
+    lock.renew()  # overwrite=true moved the old dir aside, its lock file with it
     if mode == "skip":
         print(f"{display_path(run_dir)} already finished; skipping (overwrite=true reruns it)")
         print("\n".join(summary_lines(run_dir)))
@@ -132,6 +152,7 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
     started = now_iso()
     meta = {"git_commit": git_commit(), "versions": package_versions(_VERSIONED), "device": str(device),
             "cpu": platform.processor() or platform.machine(), "threads": cfg.train.threads,
+            "omp_wait": dict(WAIT_CHOICE),
             "start_time": started, "method": cfg.method.name, "experiment": cfg.experiment.name,
             "staleness": cfg.train.staleness, "staleness_mode": cfg.train.staleness_mode,
             "seed": cfg.seed, "warm_start": info.get("path"),
@@ -195,7 +216,14 @@ def main() -> None:
     # --help, --cfg and friends run nothing; -m/--multirun is checked job by job.
     if not any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in args):
         preflight(args)
-    hydra_main()
+    try:
+        hydra_main()
+    except KeyboardInterrupt:
+        # One line instead of the traceback: the run dir keeps its checkpoints and the
+        # same command (resume=auto) continues from the last one.
+        print("\ninterrupted: run the same command again to resume from the last checkpoint",
+              file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

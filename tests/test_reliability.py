@@ -61,6 +61,9 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert json.loads((crashed / "status.json").read_text())["status"] == "running"
+    # The killed process held the run dir's lock; the kernel released it, so the rerun below
+    # takes it and resumes (src/run_lock.py).
+    assert (crashed / ".lock").read_text().startswith(f"pid {proc.pid} on host ")
     # The analysis reads the killed run up to its last complete step, and says so.
     from analysis.loader import load_runs
 
