@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
+import tempfile
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -37,6 +39,7 @@ def check_run(overrides: list[str], multirun: bool) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         jobs = expand_sweep(task_args) if multirun else [task_args]
         dirs: dict[Path, int] = {}
+        warned: set[str] = set()
         for i, job in enumerate(jobs):
             where = f" (multirun job {i + 1} of {len(jobs)}: {' '.join(job)})" if multirun else ""
             try:
@@ -50,8 +53,14 @@ def check_run(overrides: list[str], multirun: bool) -> None:
                         "that change no number (src/run_dir.py), so sweep something else")
                 dirs[run_dir] = i
                 check_machine(cfg)
+                check_writable_dir(Path(cfg.cache_dir), "cache_dir")
+                check_writable_dir(run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir")
                 check_existing_run(cfg, run_dir)
                 check_run_dir_free(run_dir)
+                warning = eval_size_warning(cfg)
+                if warning and warning not in warned:
+                    print(f"warning: {warning}", file=sys.stderr)
+                    warned.add(warning)
             except ConfigError as e:
                 raise ConfigError(f"{e}{where}") from None
 
@@ -106,6 +115,52 @@ def check_machine(cfg: Config) -> None:
             raise ConfigError("rollout.backend=vllm needs the vllm package, which is not "
                               "installed here (src/rollout/GPU.md); use rollout=hf")
     _check_task_data(cfg)
+
+
+def check_writable_dir(path: Path, key: str) -> None:
+    """`path` is a dir this process can write, or one it can make: probed with a temporary
+    dir in its nearest existing ancestor (removed at once), since permissions alone do not
+    tell (root, read-only mounts, /proc)."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{key}={path} is a file, not a dir; point it at a dir")
+    ancestor = path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{key}={path}: {ancestor} is a file, so the dir cannot be made there")
+    try:
+        tempfile.TemporaryDirectory(dir=ancestor, prefix=".write-probe-").cleanup()
+    except OSError as e:
+        raise ConfigError(f"{key}={path}: cannot write in {ancestor} ({e.strerror or e}); "
+                          "point it somewhere writable") from None
+
+
+# About 11 ms per response at the default tiny size on 2 CPU cores: the warm start's eval of
+# 256 problems x (1 greedy + 4 sampled) responses took 14 s (src/models/warm_start.py).
+SECONDS_PER_RESPONSE = 0.011
+SLOW_EVAL_SECONDS = 300
+
+
+def eval_size_warning(cfg: Config) -> str | None:
+    """A line when one held-out eval of the tiny model would take minutes, with its estimate."""
+    if cfg.model.kind != "tiny":
+        return None
+    per_problem = int(cfg.eval.greedy) + (cfg.eval.samples if cfg.eval.sampled else 0)
+    responses = cfg.task.eval_problems * per_problem
+    seconds = responses * SECONDS_PER_RESPONSE
+    if seconds < SLOW_EVAL_SECONDS:
+        return None
+    evals = 1 + -(-cfg.train.steps // cfg.eval.every)  # step 0, every eval.every, the end
+    return (f"task.eval_problems={cfg.task.eval_problems}: each of the run's {evals} evals "
+            f"generates {responses} responses, about {_duration(seconds)} each at the default "
+            "model size on 2 CPU cores (a progress bar shows it); the default is 256")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _check_task_data(cfg: Config) -> None:

@@ -211,11 +211,28 @@ def hydra_main(raw: DictConfig) -> str:
         sys.exit(1)
 
 
+def warn_if_invalid(args: list[str]) -> None:
+    """`--cfg job` runs nothing, but a config it prints should not look runnable when it is
+    not: check it as a run would and say so in one warning line (the exit code stays 0)."""
+    from src.preflight import MULTIRUN_FLAGS, check_run
+
+    valued = ("--cfg", "-c", "--package", "-p")
+    overrides = [a for i, a in enumerate(args) if not a.startswith("-")
+                 and not (i and args[i - 1] in valued)]
+    try:
+        check_run(overrides, any(a in MULTIRUN_FLAGS for a in args))
+    except ConfigError as e:
+        print(f"warning: this config would not run: config error: {e}", file=sys.stderr)
+
+
 def main() -> None:
     args = sys.argv[1:]
+    flags = {a.split("=")[0] for a in args}
     # --help, --cfg and friends run nothing; -m/--multirun is checked job by job.
-    if not any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in args):
+    if not flags & set(_HYDRA_INFO_FLAGS):
         preflight(args)
+    elif flags & {"--cfg", "-c"} and not flags & {"--help", "-h", "--hydra-help", "--info"}:
+        warn_if_invalid(args)
     try:
         hydra_main()
     except KeyboardInterrupt:
