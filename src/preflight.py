@@ -205,9 +205,26 @@ def check_existing_run(cfg: Config, run_dir: Path) -> None:
     if differences:
         raise ConfigError(mismatch_message(run_dir, differences))
     finished = (read_status(run_dir) or {}).get("status") == "finished"
+    if finished:
+        check_finished_whole(cfg, run_dir)
     if not finished and cfg.resume == "false":
         raise ConfigError(f"resume=false but {run_dir} holds an unfinished run; pass resume=true "
                           "to continue it or overwrite=true to move it aside and start fresh")
+
+
+def check_finished_whole(cfg: Config, run_dir: Path) -> None:
+    """A finished run whose metrics.jsonl lost records is not skipped as if whole: named,
+    and redone with resume=true when its final checkpoint covers what was lost."""
+    from src.telemetry import missing_records
+
+    problem, redoable = missing_records(run_dir, cfg.train.steps)
+    if problem is None or (redoable and cfg.resume == "true"):
+        return
+    has_checkpoint = any((run_dir / "checkpoints").glob("step_*.pt"))
+    fix = ("pass resume=true to redo the final eval from its last checkpoint, or overwrite=true "
+           "to rerun it" if redoable and has_checkpoint else "pass overwrite=true to rerun it")
+    raise ConfigError(f"hydra.run.dir: {run_dir} is marked finished but its metrics.jsonl has "
+                      f"{problem}; {fix}")
 
 
 def check_run_dir_free(run_dir: Path) -> None:
@@ -263,6 +280,11 @@ def unknown_key_message(key: str, overrides: list[str]) -> str:
     if moved:
         return (f"{key}: the method's parameters live under method.<objective>; "
                 f"use {moved}")
+    method_key = group == "method" and len(key.split(".")) == 3  # method.<section>.<param>
+    if method_key:
+        early = _method_counterpart_message(key, composed)
+        if early:
+            return early
     owners = []
     for option in options:
         try:
@@ -271,6 +293,10 @@ def unknown_key_message(key: str, overrides: list[str]) -> str:
             continue
         if OmegaConf.select(cfg, key, default=_MISSING) is not _MISSING:
             owners.append(option)
+    if method_key:
+        owners.sort(key=lambda o: (o != key.split(".")[1], o))  # `ppo` first for method.ppo.*
+        if not owners:
+            return _param_owners_message(key, composed, options) or generic
     if not owners or current in owners:
         return generic
     also = f" (also {', '.join(owners[1:])})" if len(owners) > 1 else ""
@@ -279,6 +305,48 @@ def unknown_key_message(key: str, overrides: list[str]) -> str:
 
 
 _MISSING = object()
+# The same role under another name: bapo's search starts from its clip bounds.
+COUNTERPARTS = {("bapo", "c_low"): "low_start", ("bapo", "c_high"): "high_start"}
+
+
+def _method_counterpart_message(key: str, composed: DictConfig) -> str | None:
+    """`method.<section>.<param>` where the selected method has `param` in its own section,
+    or a parameter in the same role under another name (COUNTERPARTS): name that key."""
+    _, section, param = key.split(".")
+    current = composed.hydra.runtime.choices["method"]
+    objective = OmegaConf.select(composed, "method.objective", default=None)
+    if OmegaConf.select(composed, f"method.{objective}.{param}", default=_MISSING) is not _MISSING:
+        return (f"{key}: method={current}'s parameters live under method.{objective}; "
+                f"use method.{objective}.{param}")
+    counterpart = COUNTERPARTS.get((objective, param))
+    if counterpart:
+        return (f"{key}: method={current} has no {param}; its counterpart is "
+                f"method.{objective}.{counterpart} (or select method={section} to set {key})")
+    return None
+
+
+def _param_owners_message(key: str, composed: DictConfig, options: list[str]) -> str | None:
+    """`method.ppo.rho0`: no method has that exact key, but some own `rho0` in their own
+    section; name them and the key to use."""
+    from hydra import compose
+
+    param = key.split(".")[2]
+    current = composed.hydra.runtime.choices["method"]
+    owners = []
+    for option in options:
+        try:
+            cfg = compose(config_name="config", overrides=[f"method={option}"])
+        except Exception:  # an option that does not compose alone
+            continue
+        own = OmegaConf.select(cfg, "method.objective", default=None)
+        if OmegaConf.select(cfg, f"method.{own}.{param}", default=_MISSING) is not _MISSING:
+            owners.append((option, own))
+    if not owners:
+        return None
+    option, own = owners[0]
+    also = f" (also {', '.join(o for o, _ in owners[1:])})" if len(owners) > 1 else ""
+    return (f"{key}: method={current} has no parameter {param}; {param} belongs to "
+            f"method={option}{also}: use method={option} method.{own}.{param}=...")
 
 
 def _method_param_key(key: str, composed: DictConfig) -> str | None:

@@ -75,7 +75,11 @@ def prepare_run_dir(cfg: Config, run_dir: Path) -> str:
         run_dir.mkdir(parents=True, exist_ok=True)
         return "fresh"
     if status and status.get("status") == "finished":
-        return "skip"
+        from src.telemetry import missing_records
+
+        # resume=true on a finished run that lost its final eval (check_existing_run let
+        # it through only then): redone from the final checkpoint.
+        return "resume" if missing_records(run_dir, cfg.train.steps)[0] else "skip"
     return "resume" if has_data else "fresh"
 
 
@@ -165,13 +169,13 @@ def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, loc
     format_prompt = prompt_formatter(cfg, tokenizer)
     backend = build_backend(cfg, model, tokenizer)
     try:
+        evaluate = build_evaluator(cfg, model, tokenizer, task, format_prompt, backend=backend)
         trainer = Trainer(cfg, model, tokenizer, task, backend, optimizer, scheduler, writer,
-                          run_dir / "checkpoints",
-                          evaluate=build_evaluator(cfg, model, tokenizer, task, format_prompt,
-                                                   backend=backend),
-                          format_prompt=format_prompt)
+                          run_dir / "checkpoints", evaluate=evaluate, format_prompt=format_prompt)
         try:
             state = trainer.run(state, progress=progress)
+            if payload is not None and state.step == cfg.train.steps:
+                redo_final_eval(run_dir, cfg.train.steps, writer, evaluate)
         except NumericFault as e:
             writer.set_status("failed", error=str(e))
             writer.close()
@@ -191,6 +195,15 @@ def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, loc
     prune_finished(run_dir / "checkpoints", keep_final=cfg.checkpoint.keep_final)
     print("\n".join(summary_lines(run_dir)))
     return "finished"
+
+
+def redo_final_eval(run_dir: Path, steps: int, writer, evaluate) -> None:
+    """A run resumed at its final checkpoint because its final eval was lost: eval again.
+    Same weights and the eval's own seed, so the same record as the lost one."""
+    from src.telemetry import missing_records
+
+    if missing_records(run_dir, steps)[0] is not None:
+        writer.log_eval(evaluate(steps))
 
 
 # An absolute path: Hydra finds conf/ whether this runs as `python -m src.run` or in-process.

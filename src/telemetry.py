@@ -83,6 +83,37 @@ def read_status(run_dir: Path) -> dict | None:
         return None
 
 
+def missing_records(run_dir: Path, steps: int) -> tuple[str | None, bool]:
+    """What a finished run's metrics.jsonl lacks (a step record of 0..steps-1, the final
+    eval at `steps`, or a line cut short), and whether the final eval is all it lacks (the
+    final checkpoint can redo that); (None, False) when it is whole."""
+    seen_steps, evals, partial = set(), set(), 0
+    path = Path(run_dir) / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            partial += 1
+            continue
+        if record.get("kind") == "step":
+            seen_steps.add(record.get("step"))
+        elif record.get("kind") == "eval":
+            evals.add(record.get("step"))
+    lost = sorted(set(range(steps)) - seen_steps)
+    problems = []
+    if partial:
+        problems.append(f"{partial} line(s) cut short")
+    if lost:
+        problems.append(f"no step record for step(s) {', '.join(map(str, lost[:5]))}"
+                        f"{' ...' if len(lost) > 5 else ''}")
+    if steps not in evals:
+        problems.append(f"no final eval (step {steps})")
+    if not problems:
+        return None, False
+    return "; ".join(problems), not lost
+
+
 def summary_lines(run_dir: Path, last_k: int = 5) -> list[str]:
     """The end-of-run block: held-out accuracy, reward, wall time, where it is, what next.
 
