@@ -138,7 +138,9 @@ def test_cli_runs_and_skips_finished(tmp_path, smoke_overrides):
     # The run ends with one summary block, every number read back from its run dir.
     metrics = read_metrics(run_dir)
     (start, end), (step,) = metrics["eval"], metrics["step"]
-    wall = json.loads((run_dir / "meta.json").read_text())["wall_time_s"]
+    meta = json.loads((run_dir / "meta.json").read_text())
+    wall = meta["wall_time_s"]
+    assert meta["omp_wait"]["reason"]  # which wait policy it ran with, and why
 
     def row(name):
         a, b = start[f"{name}_accuracy"], end[f"{name}_accuracy"]
