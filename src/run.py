@@ -241,12 +241,12 @@ def warn_if_invalid(args: list[str]) -> None:
 def main() -> None:
     args = sys.argv[1:]
     flags = {a.split("=")[0] for a in args}
-    # --help, --cfg and friends run nothing; -m/--multirun is checked job by job.
-    if not flags & set(_HYDRA_INFO_FLAGS):
-        preflight(args)
-    elif flags & {"--cfg", "-c"} and not flags & {"--help", "-h", "--hydra-help", "--info"}:
-        warn_if_invalid(args)
     try:
+        # --help, --cfg and friends run nothing; -m/--multirun is checked job by job.
+        if not flags & set(_HYDRA_INFO_FLAGS):
+            preflight(args)
+        elif flags & {"--cfg", "-c"} and not flags & {"--help", "-h", "--hydra-help", "--info"}:
+            warn_if_invalid(args)
         hydra_main()
     except KeyboardInterrupt:
         # One line instead of the traceback: the run dir keeps its checkpoints and the
