@@ -482,6 +482,8 @@ def load_runs(roots: Iterable[Path | str]) -> RunSet:
         runs.append(run)
         loaded[run.run_id] = frames
 
+    runs, partial = _drop_partial_configs(runs)
+    skipped += partial
     for r in runs:
         r.cell = cell_key(r.config)
     runs, dup = _dedupe(runs)
@@ -497,6 +499,28 @@ def load_runs(roots: Iterable[Path | str]) -> RunSet:
         k: _frame([(r, loaded[r.run_id][k]) for r in runs]) for k in ("steps", "updates", "evals")
     }
     return RunSet(runs=runs, messages=messages, skipped=skipped, **merged)
+
+
+# Sections every config.yaml that src.run writes has had from the start.
+RUN_SECTIONS = ("seed", "device", "method", "model", "task", "rollout", "train", "eval")
+
+
+def _drop_partial_configs(runs: list[Run]) -> tuple[list[Run], list[tuple[str, str]]]:
+    """Beside runs with whole configs, a run whose config.yaml lacks sections cannot be
+    placed in a cell: grouped as it is, it became a suite of its own named by the missing
+    keys (`device=None`). Skipped with a note instead. (Runs that all lack the same
+    sections, e.g. hand-made ones, are left alone: there is nothing to compare them with.)"""
+    if not any(all(k in r.config for k in RUN_SECTIONS) for r in runs):
+        return runs, []
+    kept, skipped = [], []
+    for r in runs:
+        missing = [k for k in RUN_SECTIONS if k not in r.config]
+        if missing:
+            skipped.append((str(r.path), f"partial config.yaml (no {', '.join(missing)}), so "
+                                         "its cell cannot be told"))
+        else:
+            kept.append(r)
+    return kept, skipped
 
 
 def _dedupe(runs: list[Run]) -> tuple[list[Run], list[tuple[str, str]]]:

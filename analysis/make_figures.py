@@ -118,9 +118,24 @@ def draw(runs: RunSet, opts: Options, only: list[str] | None) -> tuple[list, lis
     return made, skipped, failed
 
 
+EXIT_USAGE = 2  # nothing to read or nowhere to write: the command line is at fault
+
+
+def out_problem(out: Path) -> str | None:
+    """Why `out` cannot be the output dir (a file, or a file on its path), else None."""
+    for p in (out, *out.parents):
+        if p.exists():
+            return None if p.is_dir() else f"--out {out}: {p} is a file, not a dir"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
+    problem = out_problem(Path(args.out))
+    if problem:
+        print(f"error: {problem}; give a dir (made if missing)", file=sys.stderr)
+        return EXIT_USAGE
     runs = load_runs(args.runs)
     if args.experiment:
         runs = runs.subset(lambda r: r.experiment in set(args.experiment))
@@ -132,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in runs.messages:
             print(f"  note: {m}")
         print("nothing to plot: no usable run dirs (config.yaml + metrics.jsonl)")
-        return 1
+        return EXIT_USAGE
     style.setup()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -91,7 +91,7 @@ def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=
     prompts = [format_prompt(p.prompt) for p in problems]
     use_backend = backend is not None and cfg.rollout.backend != "hf"
 
-    def responses(greedy: bool, samples: int) -> list[tuple[int, str]]:
+    def responses(greedy: bool, samples: int, label: str | None) -> list[tuple[int, str]]:
         """(problem index, response text) for `samples` responses per problem."""
         if use_backend:
             backend.sync_weights(model)
@@ -105,19 +105,22 @@ def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=
         gens = generate(model, tokenizer, prompts, num_samples=samples,
                         max_new_tokens=cfg.rollout.max_new_tokens,
                         temperature=cfg.rollout.temperature, greedy=greedy,
-                        seed=cfg.seed + 12_345)
+                        seed=cfg.seed + 12_345, progress=label)
         return [(g.prompt_index, g.text) for g in gens]
 
-    def accuracy(greedy: bool, samples: int) -> float:
-        scores = [task.score(problems[i], text) for i, text in responses(greedy, samples)]
+    def accuracy(greedy: bool, samples: int, label: str | None) -> float:
+        scores = [task.score(problems[i], text) for i, text in responses(greedy, samples, label)]
         return sum(scores) / len(scores)
 
     def evaluate(step: int) -> dict:
         record = {"step": step, "n_problems": len(problems)}
+        # A bar while it generates (it clears when done): the step-0 eval runs before the
+        # training bar appears, and a large task.eval_problems takes minutes.
+        label = f"eval at step {step}" if cfg.logger.progress else None
         if cfg.eval.greedy:
-            record["greedy_accuracy"] = accuracy(True, 1)
+            record["greedy_accuracy"] = accuracy(True, 1, label and f"{label}, greedy")
         if cfg.eval.sampled:
-            record["sampled_accuracy"] = accuracy(False, cfg.eval.samples)
+            record["sampled_accuracy"] = accuracy(False, cfg.eval.samples, label and f"{label}, sampled")
         return record
 
     return evaluate

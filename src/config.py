@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -303,7 +304,9 @@ def _check_train(t: TrainConfig) -> None:
                  f"(staleness_mode={t.staleness_mode})")
     _require(t.optimizer in OPTIMIZERS, "train.optimizer",
              f"must be one of {list(OPTIMIZERS)}, got {t.optimizer!r}")
-    _require(t.lr > 0, "train.lr", f"must be > 0, got {t.lr}")
+    _require(math.isfinite(t.lr) and t.lr > 0, "train.lr", f"must be a finite number > 0, got {t.lr}")
+    _require(math.isfinite(t.weight_decay) and t.weight_decay >= 0, "train.weight_decay",
+             f"must be a finite number >= 0, got {t.weight_decay}")
     _require(t.grad_clip > 0, "train.grad_clip", f"must be > 0, got {t.grad_clip}")
     _require(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas",
              f"must be two values in [0, 1), got {list(t.betas)}")
@@ -395,8 +398,27 @@ def _check_rest(c: Config) -> None:
     _require(c.eval.samples >= 1, "eval.samples", f"must be >= 1, got {c.eval.samples}")
     _require(c.checkpoint.every >= 1, "checkpoint.every", f"must be >= 1, got {c.checkpoint.every}")
     _require(c.checkpoint.keep >= 1, "checkpoint.keep", f"must be >= 1, got {c.checkpoint.keep}")
-    _require(c.device == "cpu" or c.device.startswith("cuda") or c.device == "auto", "device",
-             f"must be cpu, cuda[:N] or auto, got {c.device!r}")
+    _require(c.device in ("cpu", "auto") or re.fullmatch(r"cuda(:\d+)?", c.device) is not None,
+             "device", f"must be cpu, cuda, cuda:N (N = 0, 1, ...) or auto, got {c.device!r}")
+    if c.model.kind == "tiny":
+        _check_tiny_sizes(c)
+
+
+def _check_tiny_sizes(c: Config) -> None:
+    """What the tiny model's shape allows: heads that divide the width, and room in its
+    position table for a prompt plus the longest response (else generation runs past it)."""
+    from src.models.warm_start import resolve_configs
+
+    m, _ = resolve_configs(c.model.architecture, c.model.sft)
+    hidden, heads = int(m["hidden_size"]), int(m["num_heads"])
+    _require(heads >= 1 and hidden % heads == 0, "model.architecture.num_heads",
+             f"must divide model.architecture.hidden_size={hidden}, got {heads}")
+    positions = int(m["max_position_embeddings"])
+    if c.rollout.backend != "hf":  # vLLM checks its own max_model_len when it starts
+        return
+    _require(c.rollout.max_new_tokens < positions, "rollout.max_new_tokens",
+             f"must leave room for a prompt in the tiny model's {positions} positions "
+             f"(model.architecture.max_position_embeddings), got {c.rollout.max_new_tokens}")
 
 
 def _check_task_params(c: Config) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
+import tempfile
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -37,6 +39,7 @@ def check_run(overrides: list[str], multirun: bool) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         jobs = expand_sweep(task_args) if multirun else [task_args]
         dirs: dict[Path, int] = {}
+        warned: set[str] = set()
         for i, job in enumerate(jobs):
             where = f" (multirun job {i + 1} of {len(jobs)}: {' '.join(job)})" if multirun else ""
             try:
@@ -50,7 +53,14 @@ def check_run(overrides: list[str], multirun: bool) -> None:
                         "that change no number (src/run_dir.py), so sweep something else")
                 dirs[run_dir] = i
                 check_machine(cfg)
+                check_writable_dir(Path(cfg.cache_dir), "cache_dir")
+                check_writable_dir(run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir")
                 check_existing_run(cfg, run_dir)
+                check_run_dir_free(run_dir)
+                warning = eval_size_warning(cfg)
+                if warning and warning not in warned:
+                    print(f"warning: {warning}", file=sys.stderr)
+                    warned.add(warning)
             except ConfigError as e:
                 raise ConfigError(f"{e}{where}") from None
 
@@ -107,6 +117,52 @@ def check_machine(cfg: Config) -> None:
     _check_task_data(cfg)
 
 
+def check_writable_dir(path: Path, key: str) -> None:
+    """`path` is a dir this process can write, or one it can make: probed with a temporary
+    dir in its nearest existing ancestor (removed at once), since permissions alone do not
+    tell (root, read-only mounts, /proc)."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{key}={path} is a file, not a dir; point it at a dir")
+    ancestor = path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{key}={path}: {ancestor} is a file, so the dir cannot be made there")
+    try:
+        tempfile.TemporaryDirectory(dir=ancestor, prefix=".write-probe-").cleanup()
+    except OSError as e:
+        raise ConfigError(f"{key}={path}: cannot write in {ancestor} ({e.strerror or e}); "
+                          "point it somewhere writable") from None
+
+
+# About 11 ms per response at the default tiny size on 2 CPU cores: the warm start's eval of
+# 256 problems x (1 greedy + 4 sampled) responses took 14 s (src/models/warm_start.py).
+SECONDS_PER_RESPONSE = 0.011
+SLOW_EVAL_SECONDS = 300
+
+
+def eval_size_warning(cfg: Config) -> str | None:
+    """A line when one held-out eval of the tiny model would take minutes, with its estimate."""
+    if cfg.model.kind != "tiny":
+        return None
+    per_problem = int(cfg.eval.greedy) + (cfg.eval.samples if cfg.eval.sampled else 0)
+    responses = cfg.task.eval_problems * per_problem
+    seconds = responses * SECONDS_PER_RESPONSE
+    if seconds < SLOW_EVAL_SECONDS:
+        return None
+    evals = 1 + -(-cfg.train.steps // cfg.eval.every)  # step 0, every eval.every, the end
+    return (f"task.eval_problems={cfg.task.eval_problems}: each of the run's {evals} evals "
+            f"generates {responses} responses, about {_duration(seconds)} each at the default "
+            "model size on 2 CPU cores (a progress bar shows it); the default is 256")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _check_task_data(cfg: Config) -> None:
     """Build the task once per distinct config: dataset tasks read their files here."""
     import json
@@ -149,9 +205,36 @@ def check_existing_run(cfg: Config, run_dir: Path) -> None:
     if differences:
         raise ConfigError(mismatch_message(run_dir, differences))
     finished = (read_status(run_dir) or {}).get("status") == "finished"
+    if finished:
+        check_finished_whole(cfg, run_dir)
     if not finished and cfg.resume == "false":
         raise ConfigError(f"resume=false but {run_dir} holds an unfinished run; pass resume=true "
                           "to continue it or overwrite=true to move it aside and start fresh")
+
+
+def check_finished_whole(cfg: Config, run_dir: Path) -> None:
+    """A finished run whose metrics.jsonl lost records is not skipped as if whole: named,
+    and redone with resume=true when its final checkpoint covers what was lost."""
+    from src.telemetry import missing_records
+
+    problem, redoable = missing_records(run_dir, cfg.train.steps)
+    if problem is None or (redoable and cfg.resume == "true"):
+        return
+    has_checkpoint = any((run_dir / "checkpoints").glob("step_*.pt"))
+    fix = ("pass resume=true to redo the final eval from its last checkpoint, or overwrite=true "
+           "to rerun it" if redoable and has_checkpoint else "pass overwrite=true to rerun it")
+    raise ConfigError(f"hydra.run.dir: {run_dir} is marked finished but its metrics.jsonl has "
+                      f"{problem}; {fix}")
+
+
+def check_run_dir_free(run_dir: Path) -> None:
+    """Refuse a run dir that another process is running in (src/run_lock.py)."""
+    from src.run_lock import RunDirBusy, check_unlocked
+
+    try:
+        check_unlocked(run_dir)
+    except RunDirBusy as e:
+        raise ConfigError(str(e)) from None
 
 
 # -- Hydra's messages ------------------------------------------------------------------------
@@ -197,6 +280,11 @@ def unknown_key_message(key: str, overrides: list[str]) -> str:
     if moved:
         return (f"{key}: the method's parameters live under method.<objective>; "
                 f"use {moved}")
+    method_key = group == "method" and len(key.split(".")) == 3  # method.<section>.<param>
+    if method_key:
+        early = _method_counterpart_message(key, composed)
+        if early:
+            return early
     owners = []
     for option in options:
         try:
@@ -205,6 +293,10 @@ def unknown_key_message(key: str, overrides: list[str]) -> str:
             continue
         if OmegaConf.select(cfg, key, default=_MISSING) is not _MISSING:
             owners.append(option)
+    if method_key:
+        owners.sort(key=lambda o: (o != key.split(".")[1], o))  # `ppo` first for method.ppo.*
+        if not owners:
+            return _param_owners_message(key, composed, options) or generic
     if not owners or current in owners:
         return generic
     also = f" (also {', '.join(owners[1:])})" if len(owners) > 1 else ""
@@ -213,6 +305,48 @@ def unknown_key_message(key: str, overrides: list[str]) -> str:
 
 
 _MISSING = object()
+# The same role under another name: bapo's search starts from its clip bounds.
+COUNTERPARTS = {("bapo", "c_low"): "low_start", ("bapo", "c_high"): "high_start"}
+
+
+def _method_counterpart_message(key: str, composed: DictConfig) -> str | None:
+    """`method.<section>.<param>` where the selected method has `param` in its own section,
+    or a parameter in the same role under another name (COUNTERPARTS): name that key."""
+    _, section, param = key.split(".")
+    current = composed.hydra.runtime.choices["method"]
+    objective = OmegaConf.select(composed, "method.objective", default=None)
+    if OmegaConf.select(composed, f"method.{objective}.{param}", default=_MISSING) is not _MISSING:
+        return (f"{key}: method={current}'s parameters live under method.{objective}; "
+                f"use method.{objective}.{param}")
+    counterpart = COUNTERPARTS.get((objective, param))
+    if counterpart:
+        return (f"{key}: method={current} has no {param}; its counterpart is "
+                f"method.{objective}.{counterpart} (or select method={section} to set {key})")
+    return None
+
+
+def _param_owners_message(key: str, composed: DictConfig, options: list[str]) -> str | None:
+    """`method.ppo.rho0`: no method has that exact key, but some own `rho0` in their own
+    section; name them and the key to use."""
+    from hydra import compose
+
+    param = key.split(".")[2]
+    current = composed.hydra.runtime.choices["method"]
+    owners = []
+    for option in options:
+        try:
+            cfg = compose(config_name="config", overrides=[f"method={option}"])
+        except Exception:  # an option that does not compose alone
+            continue
+        own = OmegaConf.select(cfg, "method.objective", default=None)
+        if OmegaConf.select(cfg, f"method.{own}.{param}", default=_MISSING) is not _MISSING:
+            owners.append((option, own))
+    if not owners:
+        return None
+    option, own = owners[0]
+    also = f" (also {', '.join(o for o, _ in owners[1:])})" if len(owners) > 1 else ""
+    return (f"{key}: method={current} has no parameter {param}; {param} belongs to "
+            f"method={option}{also}: use method={option} method.{own}.{param}=...")
 
 
 def _method_param_key(key: str, composed: DictConfig) -> str | None:

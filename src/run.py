@@ -20,6 +20,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from src._wait_policy import CHOICE as WAIT_CHOICE
 from src.config import Config, ConfigError, to_container, validate
 from src.run_dir import register_resolver
 
@@ -27,6 +28,7 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 register_resolver()  # ${run_tag:...} in conf/config.yaml's run dir
 EXIT_CONFIG = 2
 EXIT_NUMERIC = 3
+EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 _HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--resolve",
                      "--package", "-p", "--shell-completion", "-sc", "--version",
                      "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
@@ -73,12 +75,33 @@ def prepare_run_dir(cfg: Config, run_dir: Path) -> str:
         run_dir.mkdir(parents=True, exist_ok=True)
         return "fresh"
     if status and status.get("status") == "finished":
-        return "skip"
+        from src.telemetry import missing_records
+
+        # resume=true on a finished run that lost its final eval (check_existing_run let
+        # it through only then): redone from the final checkpoint.
+        return "resume" if missing_records(run_dir, cfg.train.steps)[0] else "skip"
     return "resume" if has_data else "fresh"
 
 
 def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> str:
-    """Run (or skip, or resume) one run in `run_dir`; `overrides` are recorded in meta.json."""
+    """Run (or skip, or resume) one run in `run_dir`; `overrides` are recorded in meta.json.
+
+    The run dir's lock (src/run_lock.py) is held from before anything is read until the
+    end, so a second process on the same dir exits 2 naming the holder.
+    """
+    from src.run_lock import RunDirBusy, RunDirLock
+
+    try:
+        lock = RunDirLock(run_dir)
+    except RunDirBusy as e:
+        config_exit(str(e))
+    try:
+        return _execute_locked(cfg, run_dir, overrides, lock)
+    finally:
+        lock.close()
+
+
+def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, lock) -> str:
     import torch
 
     from src.build import (
@@ -102,6 +125,7 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
     from src.trainer import NumericFault, Trainer
 
     mode = prepare_run_dir(cfg, run_dir)
+    lock.renew()  # overwrite=true moved the old dir aside, its lock file with it
     if mode == "skip":
         print(f"{display_path(run_dir)} already finished; skipping (overwrite=true reruns it)")
         print("\n".join(summary_lines(run_dir)))
@@ -141,6 +165,7 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
     started = now_iso()
     meta = {"git_commit": git_commit(), "versions": package_versions(_VERSIONED), "device": str(device),
             "cpu": platform.processor() or platform.machine(), "threads": cfg.train.threads,
+            "omp_wait": dict(WAIT_CHOICE),
             "start_time": started, "method": cfg.method.name, "experiment": cfg.experiment.name,
             "staleness": cfg.train.staleness, "staleness_mode": cfg.train.staleness_mode,
             "seed": cfg.seed, "warm_start": info.get("path"),
@@ -153,15 +178,15 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
     format_prompt = prompt_formatter(cfg, tokenizer)
     backend = build_backend(cfg, model, tokenizer)
     try:
+        evaluate = build_evaluator(cfg, model, tokenizer, task, format_prompt, backend=backend)
         trainer = Trainer(cfg, model, tokenizer, task, backend, optimizer, scheduler, writer,
-                          run_dir / "checkpoints",
-                          evaluate=build_evaluator(cfg, model, tokenizer, task, format_prompt,
-                                                   backend=backend),
-                          format_prompt=format_prompt)
+                          run_dir / "checkpoints", evaluate=evaluate, format_prompt=format_prompt)
         if payload is not None:  # the data in flight: a delay queue, a replay buffer
             trainer.load_schedule_state(payload.get("schedule"))
         try:
             state = trainer.run(state, progress=progress)
+            if payload is not None and state.step == cfg.train.steps:
+                redo_final_eval(run_dir, cfg.train.steps, writer, evaluate)
         except NumericFault as e:
             writer.set_status("failed", error=str(e))
             writer.close()
@@ -183,6 +208,15 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
     return "finished"
 
 
+def redo_final_eval(run_dir: Path, steps: int, writer, evaluate) -> None:
+    """A run resumed at its final checkpoint because its final eval was lost: eval again.
+    Same weights and the eval's own seed, so the same record as the lost one."""
+    from src.telemetry import missing_records
+
+    if missing_records(run_dir, steps)[0] is not None:
+        writer.log_eval(evaluate(steps))
+
+
 # An absolute path: Hydra finds conf/ whether this runs as `python -m src.run` or in-process.
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(raw: DictConfig) -> str:
@@ -201,12 +235,36 @@ def hydra_main(raw: DictConfig) -> str:
         sys.exit(1)
 
 
+def warn_if_invalid(args: list[str]) -> None:
+    """`--cfg job` runs nothing, but a config it prints should not look runnable when it is
+    not: check it as a run would and say so in one warning line (the exit code stays 0)."""
+    from src.preflight import MULTIRUN_FLAGS, check_run
+
+    valued = ("--cfg", "-c", "--package", "-p")
+    overrides = [a for i, a in enumerate(args) if not a.startswith("-")
+                 and not (i and args[i - 1] in valued)]
+    try:
+        check_run(overrides, any(a in MULTIRUN_FLAGS for a in args))
+    except ConfigError as e:
+        print(f"warning: this config would not run: config error: {e}", file=sys.stderr)
+
+
 def main() -> None:
     args = sys.argv[1:]
-    # --help, --cfg and friends run nothing; -m/--multirun is checked job by job.
-    if not any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in args):
-        preflight(args)
-    hydra_main()
+    flags = {a.split("=")[0] for a in args}
+    try:
+        # --help, --cfg and friends run nothing; -m/--multirun is checked job by job.
+        if not flags & set(_HYDRA_INFO_FLAGS):
+            preflight(args)
+        elif flags & {"--cfg", "-c"} and not flags & {"--help", "-h", "--hydra-help", "--info"}:
+            warn_if_invalid(args)
+        hydra_main()
+    except KeyboardInterrupt:
+        # One line instead of the traceback: the run dir keeps its checkpoints and the
+        # same command (resume=auto) continues from the last one.
+        print("\ninterrupted: run the same command again to resume from the last checkpoint",
+              file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

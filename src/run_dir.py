@@ -45,6 +45,7 @@ LEGACY_METHOD_PARAMS = {
                     "entropy_scope": "scope"},
     "bapo": {"dual_clip_c": "dual_clip_c"},  # and everything under the old method.bapo
 }
+LEADING_KEYS = ("method.name", "method.objective", "experiment.name", "task.name", "model.name")
 # Sections added to config.yaml after runs were committed, with the values those runs
 # used: a config.yaml without the section was made with these (a test keeps them equal to
 # the dataclass defaults in src/config.py).
@@ -74,6 +75,23 @@ def register_resolver() -> None:
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("run_tag", run_tag, replace=True)
+    OmegaConf.register_new_resolver("run_groups", run_groups, replace=True)  # --help
+
+
+# conf/ dirs that are not groups of `python -m src.run`: launch configs of TRL, accelerate
+# and verl (src/integrations/README.md), which src.run would reject.
+NOT_RUN_GROUPS = ("integrations",)
+
+
+def run_groups() -> str:
+    """The `group: option, ...` lines of `--help`, without NOT_RUN_GROUPS."""
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    lines = []
+    for group in sorted(p for p in conf.iterdir() if p.is_dir() and p.name not in NOT_RUN_GROUPS):
+        options = sorted(f.stem for f in group.glob("*.yaml"))
+        if options:
+            lines.append(f"{group.name}: {', '.join(options)}")
+    return "\n".join(lines)
 
 
 def is_non_numeric(key: str) -> bool:
@@ -139,6 +157,9 @@ def mismatch_message(run_dir: Path, differences: list[tuple[str, Any, Any]], sho
     def show(value: Any) -> str:
         return "not set" if value == _ABSENT else repr(value)
 
+    # The choice that explains the rest first: a bapo dir rerun with method=ppo differs in
+    # every method.bapo.* key, but what to say is that the method differs.
+    differences = sorted(differences, key=lambda d: d[0] not in LEADING_KEYS)
     first = [f"{k} is {show(now)} here but {show(old)} there" for k, old, now in differences[:shown]]
     more = len(differences) - shown
     also = f" (and {more} more key{'s' if more > 1 else ''})" if more > 0 else ""

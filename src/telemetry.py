@@ -84,6 +84,37 @@ def read_status(run_dir: Path) -> dict | None:
         return None
 
 
+def missing_records(run_dir: Path, steps: int) -> tuple[str | None, bool]:
+    """What a finished run's metrics.jsonl lacks (a step record of 0..steps-1, the final
+    eval at `steps`, or a line cut short), and whether the final eval is all it lacks (the
+    final checkpoint can redo that); (None, False) when it is whole."""
+    seen_steps, evals, partial = set(), set(), 0
+    path = Path(run_dir) / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            partial += 1
+            continue
+        if record.get("kind") == "step":
+            seen_steps.add(record.get("step"))
+        elif record.get("kind") == "eval":
+            evals.add(record.get("step"))
+    lost = sorted(set(range(steps)) - seen_steps)
+    problems = []
+    if partial:
+        problems.append(f"{partial} line(s) cut short")
+    if lost:
+        problems.append(f"no step record for step(s) {', '.join(map(str, lost[:5]))}"
+                        f"{' ...' if len(lost) > 5 else ''}")
+    if steps not in evals:
+        problems.append(f"no final eval (step {steps})")
+    if not problems:
+        return None, False
+    return "; ".join(problems), not lost
+
+
 def summary_lines(run_dir: Path, last_k: int = 5) -> list[str]:
     """The end-of-run block: held-out accuracy, reward, wall time, where it is, what next.
 
@@ -115,12 +146,7 @@ def summary_lines(run_dir: Path, last_k: int = 5) -> list[str]:
 
     lines = [f"finished: {display_path(run_dir)}"]
     if evals:
-        last = evals[-1]
-        sampled = f"sampled {fmt(last.get('sampled_accuracy'))}"
-        if samples is not None and last.get("sampled_accuracy") is not None:
-            sampled += f" ({samples} samples per problem)"
-        lines.append(f"  held-out accuracy after step {last['step']}, {last.get('n_problems')} "
-                     f"problems: greedy {fmt(last.get('greedy_accuracy'))}, {sampled}")
+        lines += accuracy_lines(evals, samples)
     if steps:
         tail = [r["reward_mean"] for r in steps[-last_k:] if r.get("reward_mean") is not None]
         if tail:
@@ -129,6 +155,30 @@ def summary_lines(run_dir: Path, last_k: int = 5) -> list[str]:
     if meta.get("wall_time_s") is not None:
         lines.append(f"  training wall time: {meta['wall_time_s']:.1f} s")
     lines.append(f"  next: python analysis/make_figures.py --runs {_runs_root(run_dir)}")
+    return lines
+
+
+def accuracy_lines(evals: list[dict], samples: int | None) -> list[str]:
+    """Held-out accuracy where the run started (the step-0 eval: the warm start) and where
+    it ended, and the change: a run can end below its start, and only the pair shows it."""
+    first, last = evals[0], evals[-1]
+
+    def fmt(value: Any) -> str:
+        return "    -" if value is None else f"{value:.3f}"
+
+    def change(key: str) -> str:
+        a, b = first.get(key), last.get(key)
+        return "     -" if a is None or b is None else f"{b - a:+.3f}"
+
+    per = f", {samples} samples per problem" if samples is not None else ""
+    lines = [f"  held-out accuracy, {last.get('n_problems')} problems{per}: "
+             f"step {first['step']} -> step {last['step']}"]
+    for name in ("greedy", "sampled"):
+        key = f"{name}_accuracy"
+        lines.append(f"    {name:<8} start {fmt(first.get(key))}  end {fmt(last.get(key))}  "
+                     f"change {change(key)}")
+    lines.append("  one seed of a 3M-parameter model: across 3 seeds final accuracy varies by "
+                 "+-0.04-0.17, more than methods differ (README, Reproduction: Discussion)")
     return lines
 
 

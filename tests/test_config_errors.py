@@ -51,6 +51,12 @@ BAD_CONFIGS = [
     (["task.params.nonsense=1"], "task.params"),
     (["method.bapo.rho0=0.3"], "method.bapo.rho0"),  # a bapo key under the default ppo
     (["resume=maybe"], "resume"),
+    (["device=cuda:abc"], "device"),
+    (["device=cuda:-1"], "device"),
+    (["train.weight_decay=-1"], "train.weight_decay"),
+    (["train.lr=inf"], "train.lr"),
+    (["model.architecture.num_heads=3"], "model.architecture.num_heads"),  # 256 wide
+    (["rollout.max_new_tokens=500"], "rollout.max_new_tokens"),  # 128 positions
 ]
 
 
@@ -166,3 +172,94 @@ def test_hf_model_from_a_dir_as_the_readme_writes_it(tmp_path, smoke_overrides):
     # The HF-loaded copy of the warm start scores what the warm start itself scores before
     # training (same weights, same held-out problems, same eval seed).
     assert metrics["eval"][0] == read_metrics(tiny)["eval"][0]
+
+
+def test_unusable_paths_are_config_errors(tmp_path, monkeypatch, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a dir")
+    cases = [
+        ([f"cache_dir={a_file / 'cache'}"], f"config error: cache_dir={a_file / 'cache'}: {a_file} is a file"),
+        ([f"hydra.run.dir={a_file}"], f"config error: hydra.run.dir={a_file} is a file, not a dir"),
+        # /proc takes no new dirs, whoever asks (permissions alone do not tell for root)
+        (["hydra.run.dir=/proc/no-run-here"], "config error: hydra.run.dir=/proc/no-run-here: cannot write in /proc"),
+        (["cache_dir=/proc/no-cache-here"], "config error: cache_dir=/proc/no-cache-here: cannot write in /proc"),
+    ]
+    for overrides, start in cases:
+        default_dirs = [f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}"]
+        given = {o.split("=")[0] for o in overrides}
+        argv = ["src.run", *[d for d in default_dirs if d.split("=")[0] not in given], *overrides]
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as exit_info:
+            run_module.main()
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith(start), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing made, no probe left
+
+
+def test_a_parameter_under_another_methods_section_names_its_owner(tmp_path):
+    proc = _cli(["method.ppo.rho0=0.4"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "config error: method.ppo.rho0: method=ppo has no parameter rho0; rho0 belongs to "
+        "method=bapo (also bapo_official, bapo_value): use method=bapo method.bapo.rho0=...")
+    proc = _cli(["method=bapo", "method.ppo.c_low=0.7"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "config error: method.ppo.c_low: method=bapo has no c_low; its counterpart is "
+        "method.bapo.low_start (or select method=ppo to set method.ppo.c_low)")
+    proc = _cli(["method=bapo", "method.ppo.dual_clip_c=3"], tmp_path)
+    assert proc.stderr.strip() == (
+        "config error: method.ppo.dual_clip_c: method=bapo's parameters live under method.bapo; "
+        "use method.bapo.dual_clip_c")
+
+
+def test_help_lists_only_the_groups_src_run_takes():
+    proc = subprocess.run([sys.executable, "-m", "src.run", "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    groups = [line.split(":")[0] for line in proc.stdout.split("== Configuration groups ==")[1]
+              .split("== Config ==")[0].splitlines() if ": " in line]
+    expected = sorted(p.name for p in (REPO / "conf").iterdir() if p.is_dir() and p.name != "integrations")
+    assert groups == expected and "integrations" not in groups
+
+
+def test_cfg_job_warns_when_the_config_would_not_run(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "src.run", "--cfg", "job", "train.lr=inf",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0
+    assert "lr: .inf" in proc.stdout or "lr: inf" in proc.stdout, proc.stdout
+    assert proc.stderr.strip() == ("warning: this config would not run: config error: train.lr "
+                                   "must be a finite number > 0, got inf")
+    fine = subprocess.run([sys.executable, "-m", "src.run", "--cfg", "job"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert fine.returncode == 0 and fine.stderr == ""
+
+
+def test_a_huge_eval_warns_with_an_estimate(tmp_path, capsys):
+    from src.preflight import SECONDS_PER_RESPONSE, check_run
+
+    check_run(["task.eval_problems=1000000", f"hydra.run.dir={tmp_path / 'run'}",
+               f"cache_dir={tmp_path / 'cache'}"], multirun=False)
+    hours = 1_000_000 * 5 * SECONDS_PER_RESPONSE / 3600  # 1 greedy + 4 sampled per problem
+    assert capsys.readouterr().err.strip() == (
+        "warning: task.eval_problems=1000000: each of the run's 4 evals generates 5000000 "
+        f"responses, about {hours:.1f} h each at the default model size on 2 CPU cores (a "
+        "progress bar shows it); the default is 256")
+    check_run([f"hydra.run.dir={tmp_path / 'run'}"], multirun=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_ctrl_c_prints_one_line(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_module, "hydra_main", interrupted)
+    monkeypatch.setattr(run_module, "preflight", lambda args: None)
+    monkeypatch.setattr(sys, "argv", ["src.run"])
+    with pytest.raises(SystemExit) as exit_info:
+        run_module.main()
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err.strip() == (
+        "interrupted: run the same command again to resume from the last checkpoint")

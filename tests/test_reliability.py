@@ -61,6 +61,9 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert json.loads((crashed / "status.json").read_text())["status"] == "running"
+    # The killed process held the run dir's lock; the kernel released it, so the rerun below
+    # takes it and resumes (src/run_lock.py).
+    assert (crashed / ".lock").read_text().startswith(f"pid {proc.pid} on host ")
     # The analysis reads the killed run up to its last complete step, and says so.
     from analysis.loader import load_runs
 
@@ -184,3 +187,43 @@ def test_config_dir_untouched_outside_run_and_cache(tmp_path, smoke_overrides):
     after = {p for p in REPO.rglob("*") if ".git" not in p.parts}
     created = {p for p in after - before if "__pycache__" not in p.parts and ".pytest_cache" not in p.parts}
     assert created == set(), sorted(created)[:5]
+
+
+def test_a_finished_run_that_lost_its_last_line_is_named_then_redone(tmp_path, smoke_overrides,
+                                                                     capsys):
+    overrides = [*smoke_overrides, "method=ppo", "train.steps=2"]
+    run_dir = tmp_path / "run"
+    assert execute(compose(overrides), run_dir) == "finished"
+    whole = read_metrics(run_dir)
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["kind"] == "eval" and json.loads(lines[-1])["step"] == 2
+    (run_dir / "metrics.jsonl").write_text("".join(f"{line}\n" for line in lines[:-1]))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # not skipped as if whole
+        execute(compose(overrides), run_dir)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"config error: hydra.run.dir: {run_dir} is marked finished but its "
+                   "metrics.jsonl has no final eval (step 2); pass resume=true to redo the final "
+                   "eval from its last checkpoint, or overwrite=true to rerun it")
+    assert execute(compose([*overrides, "resume=true"]), run_dir) == "finished"
+    redone = read_metrics(run_dir)
+    for kind in ("update", "step", "eval"):  # the final checkpoint's weights give the same eval
+        assert _strip_times(redone[kind]) == _strip_times(whole[kind]), kind
+
+
+def test_a_rerun_with_another_method_names_the_method_first(tmp_path):
+    import yaml
+
+    from src.config import ConfigError, to_container
+    from src.preflight import check_existing_run
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_container(compose(["method=bapo"]))))
+    (run_dir / "metrics.jsonl").write_text("")
+    with pytest.raises(ConfigError) as refused:
+        check_existing_run(compose(["method=ppo"]), run_dir)
+    assert str(refused.value).startswith(
+        f"method.name: {run_dir} holds a run made with another config: method.name is 'ppo' "
+        "here but 'bapo' there; method.objective is 'ppo' here but 'bapo' there;"), refused.value

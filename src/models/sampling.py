@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from src.models.decoding import decode
@@ -37,11 +38,13 @@ def generate(
     greedy: bool = False,
     seed: int = 0,
     batch_size: int = 256,
+    progress: str | None = None,
 ) -> list[Generation]:
     """Sample `num_samples` responses per prompt; output is prompt-major.
 
     Seeded through its own generator, so the caller's global torch RNG state is left
     untouched and the same (model, prompts, seed, batch_size) gives the same responses.
+    `progress`: the label of a progress bar over the responses (None: no bar).
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
@@ -56,6 +59,8 @@ def generate(
     out: list[Generation] = []
     old_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
+    bar = tqdm(total=len(flat), desc=progress, unit="resp", disable=progress is None,
+               leave=False, dynamic_ncols=True)
     try:
         for start in range(0, len(flat), batch_size):
             chunk = flat[start : start + batch_size]
@@ -70,7 +75,9 @@ def generate(
                 finished = ids[-1] == eos_id
                 text = tokenizer.decode(ids, skip_special_tokens=True)
                 out.append(Generation(i, j, ids, text, finished))
+            bar.update(len(chunk))
     finally:
+        bar.close()
         tokenizer.padding_side = old_side
         model.train(was_training)
     return out

@@ -183,6 +183,7 @@ def warm_start(
             temperature=float(s_cfg["eval_temperature"]),
             max_new_tokens=int(s_cfg["max_new_tokens"]),
             seed=seed,
+            progress=progress,
         )
     tail = losses[-max(1, len(losses) // 10) :]
     info: dict[str, Any] = {
@@ -378,12 +379,14 @@ def evaluate(
     temperature: float,
     max_new_tokens: int,
     seed: int,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Greedy and sampled accuracy on `problems`, overall and by difficulty, plus the
     token-length distribution of sampled responses and of the reference solutions."""
     prompts = [p.prompt for p in problems]
     greedy = generate(
-        model, tokenizer, prompts, num_samples=1, max_new_tokens=max_new_tokens, greedy=True
+        model, tokenizer, prompts, num_samples=1, max_new_tokens=max_new_tokens, greedy=True,
+        progress="warm start eval, greedy" if progress else None,
     )
     sampled = generate(
         model,
@@ -393,6 +396,7 @@ def evaluate(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         seed=seed,
+        progress="warm start eval, sampled" if progress else None,
     )
     ref_ids = tokenizer([p.solution for p in problems], add_special_tokens=False)["input_ids"]
     ref_lens = [len(ids) + 1 for ids in ref_ids]  # + EOS

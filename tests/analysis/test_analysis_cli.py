@@ -51,7 +51,7 @@ def test_script_mode_reports_made_and_skipped(tmp_path, write_run):
 
 
 def test_main_in_process_and_no_runs(tmp_path, write_run, capsys):
-    assert make_figures.main(["--runs", str(tmp_path / "empty"), "--out", str(tmp_path)]) == 1
+    assert make_figures.main(["--runs", str(tmp_path / "empty"), "--out", str(tmp_path)]) == 2
     assert "nothing to plot" in capsys.readouterr().out
     write_run(tmp_path / "runs", "ppo", 2, 0, steps=2)
     write_run(tmp_path / "runs", "bapo", 2, 0, steps=2, experiment="other")
@@ -73,3 +73,43 @@ def test_main_in_process_and_no_runs(tmp_path, write_run, capsys):
     assert rc == 0 and "read 1 runs" in out
     assert (tmp_path / "f" / "fig11_final_accuracy.png").exists()
     assert not (tmp_path / "f" / "fig11_final_accuracy.pdf").exists()
+
+
+def test_nothing_to_read_exits_2_with_one_clear_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for runs in (tmp_path / "nonexistent", tmp_path / "empty"):
+        proc = subprocess.run([sys.executable, str(ROOT / "analysis" / "make_figures.py"),
+                               "--runs", str(runs), "--out", str(tmp_path / "out")],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "nothing to plot: no usable run dirs (config.yaml + metrics.jsonl)" in proc.stdout
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_that_is_a_file_exits_2_without_a_traceback(tmp_path, write_run, capsys):
+    write_run(tmp_path / "runs", "ppo", 2, 0, steps=2)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me")
+    for out in (a_file, a_file / "figs"):
+        rc = make_figures.main(["--runs", str(tmp_path / "runs"), "--out", str(out)])
+        assert rc == 2
+        assert capsys.readouterr().err.strip() == (
+            f"error: --out {out}: {a_file} is a file, not a dir; give a dir (made if missing)")
+    assert a_file.read_text() == "keep me"
+
+
+def test_a_run_with_a_partial_config_beside_whole_ones_is_noted_and_skipped(tmp_path, write_run,
+                                                                             capsys):
+    from analysis.loader import RUN_SECTIONS, load_runs
+
+    whole = {k: {} for k in RUN_SECTIONS if k not in ("seed", "method", "train")}
+    write_run(tmp_path / "runs", "ppo", 2, 0, steps=2, extra_config=whole)
+    write_run(tmp_path / "runs", "ppo", 2, 1, steps=2, extra_config=whole)
+    partial = write_run(tmp_path / "runs", "ppo", 2, 2, steps=2)  # no device, model, ...
+    runs = load_runs([tmp_path / "runs"])
+    assert sorted(r.seed for r in runs.runs) == [0, 1]
+    assert len(runs.suites) == 1
+    why = "partial config.yaml (no device, model, task, rollout, eval), so its cell cannot be told"
+    assert runs.skipped == [(str(partial.path), why)]
+    assert f"{partial.path}: skipped, {why}" in runs.messages
