@@ -646,6 +646,8 @@ class Trainer:
         return state
 
     def _postfix(self, record: dict) -> dict:
+        if record.get("reward_mean") is None:  # a partial-rollout step at which no group ended
+            return {"in flight": record.get("in_flight_responses")}
         post = {"reward": f"{record['reward_mean']:.2f}", "H": f"{record['entropy_mean']:.3f}"}
         if record.get("c_low") is not None and record.get("c_high") is not None:
             post.update(c_low=f"{record['c_low']:.2f}", c_high=f"{record['c_high']:.2f}")

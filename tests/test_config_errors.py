@@ -220,7 +220,9 @@ def test_help_lists_only_the_groups_src_run_takes():
     assert proc.returncode == 0, proc.stderr
     groups = [line.split(":")[0] for line in proc.stdout.split("== Configuration groups ==")[1]
               .split("== Config ==")[0].splitlines() if ": " in line]
-    expected = sorted(p.name for p in (REPO / "conf").iterdir() if p.is_dir() and p.name != "integrations")
+    # conf/hydra holds options of Hydra's own groups (hydra/launcher), listed by Hydra apart
+    expected = sorted(p.name for p in (REPO / "conf").iterdir()
+                      if p.is_dir() and p.name not in ("integrations", "hydra"))
     assert groups == expected and "integrations" not in groups
 
 
