@@ -158,24 +158,36 @@ class Trainer:
         """The seed of a method's random decision (clip_cov's draw) at one update."""
         return (self._step_seed(step) + 104_729 * (update + 1)) % (2**31 - 1)
 
-    def _generate(self, slot: int, state: TrainState) -> StoredRollout:
-        """Sample, score and reward the rollout of `slot` with the current weights."""
+    def _sample(self, slot: int, state: TrainState, max_new_tokens: int) -> tuple[list, Rollout]:
+        """The next problems (as many as a rollout holds), sampled by the current weights
+        with the seed of `slot`."""
         cfg = self.cfg
         n_prompts = rollout_prompts(cfg.train)
         problems = [self.task.problem(state.task_position + i) for i in range(n_prompts)]
         state.task_position += n_prompts
         self.backend.sync_weights(self.model)
         roll = self.backend.generate([self.format_prompt(p.prompt) for p in problems],
-                                     num_samples=cfg.train.group_size,
-                                     max_new_tokens=cfg.rollout.max_new_tokens,
+                                     num_samples=cfg.train.group_size, max_new_tokens=max_new_tokens,
                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                      seed=self._step_seed(slot))
-        scores = torch.tensor([self.task.score(problems[g], text)
-                               for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
+        return problems, roll
+
+    def _stored(self, slot: int, state: TrainState, data: Rollout, scores: Tensor, version: int,
+                **behaviour) -> StoredRollout:
+        """A scored rollout with its rewards (drawn by `slot` under task.reward=random) and
+        group advantages, ready to be stored."""
+        cfg = self.cfg
         rewards = assign_rewards(cfg.task.reward, scores, seed=cfg.seed, step=slot, p=cfg.task.reward_p)
         adv = group_advantages(rewards, cfg.train.group_size, scale_by_std=cfg.train.advantage_std_norm)
-        return StoredRollout(slot, state.policy_version, state.step, roll, rewards, scores,
-                             adv.advantages, adv.degenerate_groups, adv.num_groups)
+        return StoredRollout(slot, version, state.step, data, rewards, scores, adv.advantages,
+                             adv.degenerate_groups, adv.num_groups, **behaviour)
+
+    def _generate(self, slot: int, state: TrainState) -> StoredRollout:
+        """Sample, score and reward the rollout of `slot` with the current weights."""
+        problems, roll = self._sample(slot, state, self.cfg.rollout.max_new_tokens)
+        scores = torch.tensor([self.task.score(problems[g], text)
+                               for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
+        return self._stored(slot, state, roll, scores, state.policy_version)
 
     def _generate_partial(self, state: TrainState) -> StoredRollout | None:
         """Partial rollouts: start this step's groups and continue every unfinished response,
@@ -185,15 +197,7 @@ class Trainer:
         budget, limit = cfg.offpolicy.token_budget, cfg.rollout.max_new_tokens
         eos = self.tokenizer.eos_token_id
         carried = [r for r in source.responses if not r.done]
-        n_prompts = rollout_prompts(cfg.train)
-        problems = [self.task.problem(state.task_position + i) for i in range(n_prompts)]
-        state.task_position += n_prompts
-        self.backend.sync_weights(self.model)
-        roll = self.backend.generate([self.format_prompt(p.prompt) for p in problems],
-                                     num_samples=cfg.train.group_size,
-                                     max_new_tokens=min(budget, limit),
-                                     temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                     seed=self._step_seed(step))
+        problems, roll = self._sample(step, state, min(budget, limit))
         touched = []
         for i in range(roll.size):
             g, n = int(roll.group_ids[i]), int(roll.lengths()[i])
@@ -229,13 +233,10 @@ class Trainer:
         texts = self.tokenizer.batch_decode([r.tokens for r in ended], skip_special_tokens=True)
         data, per_token = responses_rollout(ended, self.tokenizer.pad_token_id, texts)
         scores = torch.tensor([self.task.score(r.problem, text) for r, text in zip(ended, texts, strict=True)])
-        rewards = assign_rewards(cfg.task.reward, scores, seed=cfg.seed, step=step, p=cfg.task.reward_p)
-        adv = group_advantages(rewards, cfg.train.group_size, scale_by_std=cfg.train.advantage_std_norm)
         version = per_token["token_version"]
-        stored = StoredRollout(step, int(version[data.response_mask].min()), step, data, rewards, scores,
-                               adv.advantages, adv.degenerate_groups, adv.num_groups,
-                               logp_behavior=per_token["logp_behavior"],
-                               entropy_behavior=per_token["entropy_behavior"], token_version=version)
+        stored = self._stored(step, state, data, scores, int(version[data.response_mask].min()),
+                              logp_behavior=per_token["logp_behavior"],
+                              entropy_behavior=per_token["entropy_behavior"], token_version=version)
         if cfg.offpolicy.mask_stale_prefix:
             stored.loss_keep = ~stale_prefix(version, data.response_mask)
         mask = data.response_mask

@@ -4,17 +4,15 @@ the metrics and token rows equal an uninterrupted run's."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import time
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from tests.conftest import REPO
 from tests.test_e2e import read_metrics
-from tests.test_reliability import _cli, _has_update_of_step, _strip_times
+from tests.test_reliability import _cli, _strip_times, kill_after_checkpoint
 
 
 def _tokens(run_dir):
@@ -36,20 +34,8 @@ def test_sigkill_with_data_in_flight_then_resume_matches(tmp_path, smoke_overrid
     assert done.returncode == 0, done.stderr[-2000:]
 
     crashed = tmp_path / "crashed"
-    proc = subprocess.Popen(_cli(overrides, crashed), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 600
+    kill_after_checkpoint(overrides, crashed, step=3)
     checkpoint = crashed / "checkpoints" / "step_000003.pt"
-    while not checkpoint.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert checkpoint.exists(), "the run never reached its third checkpoint"
-    while not _has_update_of_step(crashed, 3) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    import torch
-
     held = torch.load(checkpoint, weights_only=False)["schedule"][held_key]
     if held_key == "responses":  # unfinished responses, each token with its log-prob
         assert held and all(len(r.logp_behavior) == len(r.tokens) > 0 for r in held)

@@ -38,6 +38,24 @@ def _cli(overrides, run_dir):
     return [sys.executable, "-m", "src.run", *overrides, f"hydra.run.dir={run_dir}"]
 
 
+def kill_after_checkpoint(overrides, run_dir, step: int) -> subprocess.Popen:
+    """Start the run, wait for its checkpoint after `step` steps and some update rows of
+    step `step` that it does not cover, then SIGKILL it; returns the killed process."""
+    proc = subprocess.Popen(_cli(overrides, run_dir), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 600
+    checkpoint = run_dir / "checkpoints" / f"step_{step:06d}.pt"
+    while not checkpoint.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert checkpoint.exists(), f"the run never reached its checkpoint after step {step}"
+    while not _has_update_of_step(run_dir, step) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return proc
+
+
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides):
     overrides = [*smoke_overrides, "method=bapo", "train.steps=5", "checkpoint.every=1",
                  "checkpoint.keep=2", "eval.every=2"]
@@ -47,19 +65,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
     assert done.returncode == 0, done.stderr[-2000:]
 
     crashed = tmp_path / "crashed"
-    proc = subprocess.Popen(_cli(overrides, crashed), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 600
-    second_ckpt = crashed / "checkpoints" / "step_000002.pt"
-    while not second_ckpt.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert second_ckpt.exists(), "the run never reached its second checkpoint"
-    # Let it write some rows of step 2 that the checkpoint does not cover, then kill.
-    while not _has_update_of_step(crashed, 2) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc = kill_after_checkpoint(overrides, crashed, step=2)
     assert json.loads((crashed / "status.json").read_text())["status"] == "running"
     # The killed process held the run dir's lock; the kernel released it, so the rerun below
     # takes it and resumes (src/run_lock.py).
