@@ -50,6 +50,19 @@ def no_interval(c: Claim, *lows: float) -> bool:
     return False
 
 
+def measured(c: Claim, values: pd.Series) -> tuple[float, float, float] | None:
+    """Record the values' mean and 95% interval on the claim; (mean, low, high), or None
+    when there is nothing to judge (no values, or one seed: then `not settled`)."""
+    m, low, high, n, text = ci(values)
+    if not n:
+        return None
+    c.measured = c.basis = text
+    c.value = m
+    if no_interval(c, low):
+        return None
+    return m, low, high
+
+
 def threshold(c: Claim, values: pd.Series, above: float) -> Claim:
     """Held when the whole 95% interval lies above `above`, not held when below it."""
     return directed(c, values, above, UP)
@@ -62,13 +75,10 @@ def below(c: Claim, values: pd.Series, limit: float) -> Claim:
 
 def directed(c: Claim, values: pd.Series, ref: float, direction: int) -> Claim:
     """Held when the 95% interval lies wholly on `direction`'s side of `ref`."""
-    m, low, high, n, text = ci(values)
-    if not n:
+    interval = measured(c, values)
+    if interval is None:
         return c
-    c.measured = c.basis = text
-    c.value = m
-    if no_interval(c, low):
-        return c
+    _, low, high = interval
     c.verdict = direction_verdict(low, high, direction, ref)
     if c.verdict == "not settled":
         c.note = f"95% interval includes {ref:g}"
@@ -78,13 +88,10 @@ def directed(c: Claim, values: pd.Series, ref: float, direction: int) -> Claim:
 def no_change(c: Claim, values: pd.Series) -> Claim:
     """A claim of no change: `not held` when the 95% interval excludes 0, else `not
     settled` (an interval holding 0 cannot show the absence of a change)."""
-    m, low, high, n, text = ci(values)
-    if not n:
+    interval = measured(c, values)
+    if interval is None:
         return c
-    c.measured = c.basis = text
-    c.value = m
-    if no_interval(c, low):
-        return c
+    _, low, high = interval
     if low > 0 or high < 0:
         c.verdict = "not held"
     else:
@@ -94,13 +101,10 @@ def no_change(c: Claim, values: pd.Series) -> Claim:
 
 def in_range(c: Claim, values: pd.Series, lo: float, hi: float) -> Claim:
     """Held when the whole 95% interval lies in [lo, hi], not held when it misses it."""
-    m, low, high, n, text = ci(values)
-    if not n:
+    interval = measured(c, values)
+    if interval is None:
         return c
-    c.measured = c.basis = text
-    c.value = m
-    if no_interval(c, low):
-        return c
+    m, low, high = interval
     if lo <= low and high <= hi:
         c.verdict = "held"
     elif high < lo or low > hi:
