@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -345,21 +346,25 @@ class Progress:
         self.by_key = {job_key(j.run_dir): j for j in self.jobs}
         self.out = self.out or sys.stdout
 
-    def states(self) -> dict[str, str]:
-        """{job key: queued | running | finished | skipped | failed}."""
-        seen = read_events(self.events)
+    def states(self, seen: dict | None = None, at: float = math.inf) -> dict[str, str]:
+        """{job key: queued | running | finished | skipped | failed} as of time `at` (the
+        events' own clock), from the events `seen` (default: read them now)."""
+        seen = read_events(self.events) if seen is None else seen
         out = {}
         for key in self.by_key:
             ev = seen.get(key, {})
-            out[key] = ev["end"]["status"] if "end" in ev else "running" if "start" in ev else "queued"
+            if "end" in ev and ev["end"]["time"] <= at:
+                out[key] = ev["end"]["status"]
+            else:
+                out[key] = "running" if "start" in ev and ev["start"]["time"] <= at else "queued"
         return out
 
     def counts(self, states: dict[str, str]) -> dict[str, int]:
         return {s: sum(v == s for v in states.values())
                 for s in ("finished", "skipped", "failed", "running", "queued")}
 
-    def time_left_s(self, states: dict[str, str]) -> float | None:
-        seen = read_events(self.events)
+    def time_left_s(self, states: dict[str, str], seen: dict | None = None) -> float | None:
+        seen = read_events(self.events) if seen is None else seen
         took = [seen[k]["end"]["seconds"] for k, s in states.items() if s == "finished"]
         if not took:
             return None
@@ -370,16 +375,20 @@ class Progress:
         return sum(took) / len(took) * (queued + c["running"] / 2) / at_once
 
     def poll(self) -> None:
-        states = self.states()
+        """One line per run that ended since the last poll, in the order they ended, each
+        with the counts and the estimate as they stood when it ended (so the lines do not
+        depend on how often the sweep looks)."""
         seen = read_events(self.events)
-        for key, state in states.items():
-            if state in ("queued", "running") or key in self.reported:
-                continue
+        ended = sorted((ev["end"]["time"], key) for key, ev in seen.items()
+                       if "end" in ev and key in self.by_key and key not in self.reported)
+        for when, key in ended:
             self.reported.add(key)
+            states = self.states(seen, at=when)
+            state = states[key]
             job, end = self.by_key[key], seen[key]["end"]
             c = self.counts(states)
             done = c["finished"] + c["skipped"] + c["failed"]
-            left = self.time_left_s(states)
+            left = self.time_left_s(states, seen)
             eta = f"; about {format_duration(left)} left" if left is not None and done < len(self.jobs) else ""
             how = f"{state} in {end['seconds']:.0f} s" if state != "skipped" else "skipped (finished before)"
             why = f": {end['error']}" if state == "failed" and end.get("error") else ""

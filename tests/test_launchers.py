@@ -241,3 +241,28 @@ def test_the_default_launcher_runs_one_after_another_through_the_same_wrapper(tm
     assert "run 1/2 finished in" in text and "run 2/2 finished in" in text, text
     assert "sweep basic_sweep: 2 runs" in text and "2 finished, 0 skipped" in text
     assert len(list(tmp_path.glob("smoke/ppo/*/seed*/status.json"))) == 2
+
+
+def test_progress_lines_are_those_of_the_order_the_runs_ended(tmp_path, monkeypatch):
+    # Three runs that all ended before the sweep first looks: each line still says how many
+    # were done when that run ended, and the time left then (1 worker: 10 s a run).
+    import io
+    import json as json_module
+
+    jobs = [run_sweep.Job(i + 1, [], tmp_path / f"run{i}", False) for i in range(3)]
+    events = tmp_path / "events"
+    ends = {0: (0.0, 10.0, "finished"), 1: (10.0, 20.0, "finished"), 2: (20.0, 20.5, "failed")}
+    events.mkdir()
+    for i, (start, end, status) in ends.items():
+        key = run_sweep.job_key(jobs[i].run_dir)
+        (events / f"{key}.start.json").write_text(json_module.dumps({"time": start}))
+        (events / f"{key}.end.json").write_text(json_module.dumps(
+            {"time": end, "status": status, "seconds": end - start, "error": "boom"}))
+    out = io.StringIO()
+    run_sweep.Progress("s", jobs, events, workers=1, out=out).poll()
+    lines = out.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "[sweep s] run 1/3 finished in 10 s", "[sweep s] run 2/3 finished in 10 s",
+        "[sweep s] run 3/3 failed in 0 s"]
+    assert "1/3 done" in lines[0] and "left" in lines[0]  # 1 running, 0 queued: 5 s left
+    assert "2/3 done" in lines[1] and "3/3 done" in lines[2] and "left" not in lines[2]
