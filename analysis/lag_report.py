@@ -1,0 +1,202 @@
+"""The lag sweeps' report: figures, tables and claim rows from the lag runs.
+
+    python analysis/lag_report.py                         # experiments/lag_results -> figures/lag
+    python analysis/lag_report.py --runs runs --out /tmp/lag --pilots none
+
+Reads the lag sweeps' runs (experiments/sweeps.yaml: lag4, lag16, lag64, corrections,
+large_lag, scenarios) and, for the ppo-by-lag figure, the one-seed lag pilots
+(experiments/calibration/runs/L*). Every run must come from one warm start (the report
+stops and names the runs otherwise). Writes figures/lag/{lag_*.png, REPORT.md,
+lag_summary.csv, lag_claims.csv, lag_search.csv, lag_paired.csv}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # `python analysis/lag_report.py` puts only analysis/ there
+    sys.path.insert(0, str(REPO))
+
+from analysis import style  # noqa: E402
+from analysis.fig_lag import (  # noqa: E402
+    fig_lag_bapo,
+    fig_lag_forest,
+    fig_lag_ratios,
+    fig_lag_training,
+    outside_clip,
+    ratio_shares,
+)
+from analysis.lag_claims import lag_claims  # noqa: E402
+from analysis.lag_runs import (  # noqa: E402
+    check_one_warm_start,
+    lag_summary,
+    lag_table,
+    steady_updates,
+)
+from analysis.loader import RunSet, load_runs  # noqa: E402
+from analysis.plotting import Options, SkipFigure  # noqa: E402
+from analysis.report import md_table, verdict_counts  # noqa: E402
+from analysis.search_outcomes import is_bapo  # noqa: E402
+
+DEFAULT_RUNS = REPO / "experiments" / "lag_results"
+DEFAULT_PILOTS = sorted((REPO / "experiments" / "calibration" / "runs").glob("L[0-9]*"))
+CELL_COLS = {
+    "final_greedy_acc": "final greedy", "final_sampled_acc": "final sampled",
+    "entropy_drift": "entropy drift", "steady_clip_frac": "clip frac",
+    "steady_abs_log_r": "mean abs log r", "steady_rho_before": "rho before search",
+    "steady_grad_clipped": "grad-norm clipped",
+}
+
+
+def ppo_by_lag(runs: RunSet, pilots: RunSet | None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """Step records and lags of coupled ppo runs with a config lag; a pilot fills a
+    (lag, seed) only where the sweeps have no run."""
+    def pick(rs: RunSet) -> pd.DataFrame:
+        t = lag_table(rs)
+        return t[(t["method"] == "ppo") & (t["anchor"] == "coupled")
+                 & t["source"].isin(["fresh", "delay"])]
+
+    main = pick(runs)
+    steps = [runs.steps[runs.steps["run_id"].isin(main["run_id"])]]
+    lags = [main]
+    note = ""
+    if pilots is not None and pilots.runs:
+        extra = pick(pilots)
+        extra = extra[~extra.set_index(["lag", "seed"]).index.isin(
+            main.set_index(["lag", "seed"]).index)]
+        if not extra.empty:
+            note = (f"{len(extra)} run(s) from the one-seed lag pilots (2 threads) beside "
+                    "the sweeps' (1 thread)")
+            steps.append(pilots.steps[pilots.steps["run_id"].isin(extra["run_id"])])
+            lags.append(extra)
+    return pd.concat(steps, ignore_index=True), pd.concat(lags, ignore_index=True), note
+
+
+def bapo_updates(runs: RunSet) -> pd.DataFrame:
+    """Steady updates of the bapo-objective runs with a config lag, with `rho0`."""
+    u = steady_updates(runs.subset(is_bapo))
+    if u.empty:
+        return u
+    rho0 = {r.run_id: r.method_param("rho0") for r in runs.select(is_bapo)}
+    return u.assign(rho0=u["run_id"].map(rho0))
+
+
+def cell_table(s: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds per (lag, anchor, method), with the seed count."""
+    g = s.groupby(["lag_low", "lag", "anchor", "method"], sort=True)
+    out = g[list(CELL_COLS)].mean().round(4)
+    out.insert(0, "seeds", g.size())
+    return out.reset_index().drop(columns="lag_low").rename(columns=CELL_COLS)
+
+
+def write(runs: RunSet, pilots: RunSet | None, opts: Options) -> Path:
+    warm = check_one_warm_start(runs if pilots is None else _joined(runs, pilots))
+    opts.out.mkdir(parents=True, exist_ok=True)
+    style.setup()
+    s = lag_summary(runs)
+    if s.empty:
+        raise SystemExit(f"no usable runs under the given roots ({len(runs.skipped)} skipped)")
+    steps, lags, note = ppo_by_lag(runs, pilots)
+    ppo_updates = steady_updates(runs.subset(lambda r: r.run_id in set(lags["run_id"])))
+    if pilots is not None:
+        extra = steady_updates(pilots.subset(lambda r: r.run_id in set(lags["run_id"])))
+        ppo_updates = pd.concat([ppo_updates, extra], ignore_index=True)
+    bapo = bapo_updates(runs)
+    figures, skipped = [], []
+    for make in (lambda: fig_lag_training(steps, lags, opts, note),
+                 lambda: fig_lag_ratios(ppo_updates, opts, note),
+                 lambda: fig_lag_bapo(bapo, opts),
+                 lambda: fig_lag_forest(s[s["anchor"] == "coupled"], opts)):
+        try:
+            figures.append(make())
+        except SkipFigure as e:
+            skipped.append(str(e))
+    claims = lag_claims(s, bapo)
+    s.to_csv(opts.out / "lag_summary.csv", index=False)
+    claims.to_csv(opts.out / "lag_claims.csv", index=False)
+    for f in figures:
+        if f.name in ("lag_bapo", "lag_forest"):
+            name = {"lag_bapo": "lag_search", "lag_forest": "lag_paired"}[f.name]
+            f.data.to_csv(opts.out / f"{name}.csv", index=False)
+    text = _markdown(s, claims, figures, skipped, warm, ppo_updates)
+    path = opts.out / "REPORT.md"
+    path.write_text(text)
+    return path
+
+
+def _joined(a: RunSet, b: RunSet) -> RunSet:
+    return RunSet(a.runs + b.runs, a.steps, a.updates, a.evals, a.messages, a.skipped)
+
+
+def _markdown(s, claims, figures, skipped, warm, ppo_updates) -> str:
+    shown = claims[["claim", "paper", "measured", "verdict", "note"]]
+    lines = [
+        "# Lag sweeps: where the clip binds",
+        "",
+        "Written by `python analysis/lag_report.py` from the lag sweeps' runs "
+        f"(warm start `{warm}`; every run shares it). Lags are in optimizer updates; a delay "
+        "queue's first steps train on the initial weights' rollouts and are left out of the "
+        "steady numbers. Comparisons are paired by seed: held only when the paired 95% "
+        "t-interval excludes 0 in the stated direction.",
+        "",
+        f"## Claims ({verdict_counts(claims)})",
+        "",
+        md_table(shown.fillna("—")),
+        "",
+        "## Cells (mean over seeds)",
+        "",
+        "final = last eval on 256 held-out problems; entropy drift = mean of the last 5 steps "
+        "minus the first 5 (negative: fell); clip frac, mean abs log r, rho before search and "
+        "grad-norm clipped over the steady updates.",
+        "",
+        md_table(cell_table(s).astype(object).fillna("—")),
+        "",
+    ]
+    shares = ratio_shares(ppo_updates) if not ppo_updates.empty else pd.DataFrame()
+    if not shares.empty:
+        order = shares.drop_duplicates("lag").sort_values("lag_low")["lag"]
+        off = outside_clip(shares).unstack("sign").reindex(order).round(4)
+        lines += ["## ppo's ratios outside [0.8, 1.2], by lag and sign", "",
+                  md_table(off.reset_index().astype(object).fillna("—")), ""]
+    lines += ["## Figures", ""]
+    lines += [f"![{f.name}]({f.name}.png)" for f in figures]
+    lines += [f"- skipped: {why}" for why in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", nargs="+", type=Path, default=[DEFAULT_RUNS])
+    p.add_argument("--pilots", nargs="*", default=None,
+                   help="run dirs of the lag pilots (default experiments/calibration/runs/L*; "
+                        "'none': leave them out)")
+    p.add_argument("--out", type=Path, default=REPO / "figures" / "lag")
+    p.add_argument("--formats", nargs="+", default=["png"])
+    args = p.parse_args(argv)
+    missing = [str(r) for r in args.runs if not r.exists()]
+    if missing:
+        raise SystemExit(f"--runs: no such folder: {', '.join(missing)}")
+    pilot_dirs = DEFAULT_PILOTS if args.pilots is None else (
+        [] if args.pilots == ["none"] else [Path(x) for x in args.pilots])
+    runs = load_runs(args.runs)
+    unfinished = [r.run_id for r in runs.runs if r.status != "finished"]
+    if unfinished:  # a running run's last eval is not its final one
+        print(f"left out {len(unfinished)} unfinished run(s): {', '.join(unfinished)}")
+        runs = runs.subset(lambda r: r.status == "finished")
+    pilots = load_runs(pilot_dirs) if pilot_dirs else None
+    try:
+        path = write(runs, pilots, Options(out=args.out, formats=tuple(args.formats)))
+    except ValueError as e:
+        raise SystemExit(f"lag report: {e}") from None
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

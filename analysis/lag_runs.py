@@ -1,0 +1,166 @@
+"""The lag sweeps' runs: each run's lag in optimizer updates, and one row of numbers per run.
+
+A run's lag comes from its config (docs/offpolicy.md): with k updates per rollout, the
+paper's fresh source trains on data 0..k-1 updates old, a delay queue of K steps on data
+K*k..K*k+k-1 updates old. Replay and partial rollouts mix ages, so they carry the lag they
+measured (update records' `policy_lag`) instead of a range from the config.
+
+Comparisons only mean something between runs of one warm start: the runs of a lag report
+must share it (`check_one_warm_start`), or the report stops and names the odd ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.loader import Run, RunSet
+from analysis.summary import run_summary
+
+# Sources whose lag is a range fixed by the config.
+RANGE_SOURCES = ("fresh", "delay")
+
+
+@dataclass(frozen=True)
+class Lag:
+    """A run's data age in optimizer updates: [low, high] and the steps before the queue
+    holds data of the run's own policy (`warmup_steps`: the delay's first K steps train on
+    rollouts of the initial weights)."""
+
+    low: int
+    high: int
+    warmup_steps: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.low}" if self.low == self.high else f"{self.low}-{self.high}"
+
+
+def updates_per_step(run: Run) -> int:
+    """Optimizer updates per step: k mini-batch updates per pass, `epochs` passes (the
+    full-batch `epochs` mode makes k updates)."""
+    k = int(run.cfg("train.staleness", 1))
+    if run.cfg("train.staleness_mode", "minibatch") == "epochs":
+        return k
+    return k * int(run.cfg("train.epochs", 1) or 1)
+
+
+def source(run: Run) -> str:
+    return str(run.cfg("offpolicy.source", "fresh") or "fresh")
+
+
+def anchor(run: Run) -> str:
+    return str(run.cfg("offpolicy.anchor", "coupled") or "coupled")
+
+
+def lag_of(run: Run) -> Lag | None:
+    """The config's lag range; None for sources that mix ages (replay, partial)."""
+    u = updates_per_step(run)
+    src = source(run)
+    if src == "fresh":
+        return Lag(0, u - 1)
+    if src == "delay":
+        k = int(run.cfg("offpolicy.delay"))
+        return Lag(k * u, k * u + u - 1, warmup_steps=k)
+    return None
+
+
+def warm_start(run: Run) -> str | None:
+    """The warm start's cache key (meta.json), or None when the run does not say."""
+    try:
+        meta = json.loads((run.path / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    ws = meta.get("warm_start")
+    return str(ws).rstrip("/").rsplit("/", 1)[-1] if ws else None
+
+
+def check_one_warm_start(runs: RunSet) -> str:
+    """The one warm start every run shares; ValueError naming the runs when they differ.
+
+    Accuracy differences between warm starts are not lag effects: this machine's build of
+    the warm start can differ from another's (other CPUs round differently)."""
+    keys = {r.run_id: warm_start(r) for r in runs.runs}
+    found = {k for k in keys.values() if k is not None}
+    if len(found) > 1:
+        by_key: dict[str, list[str]] = {}
+        for run_id, k in keys.items():
+            by_key.setdefault(str(k), []).append(run_id)
+        listing = "; ".join(f"{k}: {', '.join(v[:3])}{' ...' if len(v) > 3 else ''}"
+                            for k, v in sorted(by_key.items()))
+        raise ValueError(
+            f"the runs come from {len(found)} warm starts ({listing}); a lag report compares "
+            "runs of one warm start: pass run dirs made on one machine (or one --runs root)"
+        )
+    return next(iter(found), "unknown")
+
+
+def steady_updates(runs: RunSet) -> pd.DataFrame:
+    """Update records of the steps that train on data of the run's own policy (a delay's
+    first K steps train on rollouts of the initial weights), with lag columns added."""
+    u = runs.updates
+    if u.empty:
+        return u
+    lags = lag_table(runs).set_index("run_id")
+    u = u[u["run_id"].isin(lags.index)].copy()
+    u["warmup_steps"] = u["run_id"].map(lags["warmup_steps"]).astype(int)
+    u = u[u["step"] >= u["warmup_steps"]]
+    for c in ("lag", "lag_low", "anchor", "source"):
+        u[c] = u["run_id"].map(lags[c])
+    return u.reset_index(drop=True)
+
+
+def lag_table(runs: RunSet) -> pd.DataFrame:
+    """One row per run: run_id, method, seed, source, anchor, lag label and bounds."""
+    rows = []
+    for r in runs.runs:
+        lag = lag_of(r)
+        measured = _measured_lag(runs, r) if lag is None else None
+        rows.append({
+            "run_id": r.run_id, "method": r.method, "seed": r.seed, "source": source(r),
+            "anchor": anchor(r), "experiment": r.experiment,
+            "lag": lag.label if lag else f"~{measured:.0f} ({source(r)})",
+            "lag_low": lag.low if lag else (measured if measured is not None else math.nan),
+            "lag_high": lag.high if lag else math.nan,
+            "warmup_steps": lag.warmup_steps if lag else 0,
+        })
+    return pd.DataFrame(rows)
+
+
+def _measured_lag(runs: RunSet, run: Run) -> float:
+    u = runs.updates
+    if u.empty or "policy_lag" not in u:
+        return math.nan
+    return float(pd.to_numeric(u.loc[u["run_id"] == run.run_id, "policy_lag"],
+                               errors="coerce").mean())
+
+
+def lag_summary(runs: RunSet) -> pd.DataFrame:
+    """run_summary (final accuracy, entropy drift, ...) plus lag columns and the steady
+    part's clip fraction, mean |log r|, rho before the search and grad-clip share."""
+    s = run_summary(runs)
+    if s.empty:
+        return s
+    lags = lag_table(runs).drop(columns=["method", "seed", "experiment"])
+    s = s.merge(lags, on="run_id", how="left")
+    u = steady_updates(runs)
+    if u.empty:
+        return s
+    g = u.assign(
+        clip_frac=pd.to_numeric(u["clip_frac"], errors="coerce"),
+        abs_log_ratio_mean=pd.to_numeric(u.get("abs_log_ratio_mean"), errors="coerce"),
+        rho_before=pd.to_numeric(u.get("rho_before"), errors="coerce"),
+        grad_clipped=u.get("grad_clipped", pd.Series(np.nan, index=u.index))
+        .astype("boolean").astype(float),
+    ).groupby("run_id", observed=True)
+    steady = pd.DataFrame({
+        "steady_clip_frac": g["clip_frac"].mean(),
+        "steady_abs_log_r": g["abs_log_ratio_mean"].mean(),
+        "steady_rho_before": g["rho_before"].mean(),
+        "steady_grad_clipped": g["grad_clipped"].mean(),
+    })
+    return s.merge(steady, left_on="run_id", right_index=True, how="left")

@@ -1,0 +1,150 @@
+"""The lag report: lags from configs, the steady part, one warm start, ratio shares, paired
+rows and claim verdicts, each checked on numbers worked out by hand."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.fig_lag import outside_clip, paired_rows, ratio_shares
+from analysis.lag_claims import lag_claims
+from analysis.lag_report import main as lag_report_main
+from analysis.lag_runs import check_one_warm_start, lag_table, steady_updates
+from analysis.loader import load_runs
+
+T975_2 = 4.302652729911275  # Student t, 97.5%, 2 degrees of freedom (3 seeds)
+
+
+def _delayed(write_run, root, method, seed, delay, warm="ws1", steps=6, staleness=4):
+    cfg = {"offpolicy.source": "delay", "offpolicy.delay": delay, "offpolicy.anchor": "coupled"}
+    run = write_run(root, method, staleness, seed, experiment=f"delay{delay}", steps=steps,
+                    extra_config=cfg if delay else {"offpolicy.source": "fresh"})
+    meta = json.loads((run.path / "meta.json").read_text())
+    (run.path / "meta.json").write_text(json.dumps({**meta, "warm_start": f".cache/warm_start/{warm}"}))
+    return run
+
+
+def test_lag_ranges_come_from_the_config(tmp_path, write_run):
+    _delayed(write_run, tmp_path, "ppo", 0, 0)
+    _delayed(write_run, tmp_path, "ppo", 0, 4)
+    write_run(tmp_path, "ppo", 4, 0, experiment="replay",
+              extra_config={"offpolicy.source": "replay"})
+    t = lag_table(load_runs([tmp_path])).set_index("experiment")
+    assert t.loc["delay0", "lag"] == "0-3"  # fresh at 4 updates a step
+    assert t.loc["delay4", "lag"] == "16-19"  # 4 steps x 4 updates, + 0..3
+    assert t.loc["delay4", "warmup_steps"] == 4
+    # replay mixes ages: the measured mean lag (the synthetic updates log j = 0..3)
+    assert t.loc["replay", "lag"] == "~2 (replay)"
+    assert t.loc["replay", "lag_low"] == pytest.approx(1.5)
+
+
+def test_steady_updates_leave_out_the_delay_warmup(tmp_path, write_run):
+    _delayed(write_run, tmp_path, "ppo", 0, 2, steps=5)
+    u = steady_updates(load_runs([tmp_path]))
+    assert sorted(u["step"].unique()) == [2, 3, 4]  # steps 0, 1 train on initial data
+    assert set(u["lag"]) == {"8-11"}
+
+
+def test_runs_of_two_warm_starts_are_refused_by_name(tmp_path, write_run):
+    _delayed(write_run, tmp_path, "ppo", 0, 1, warm="aaa")
+    _delayed(write_run, tmp_path, "bapo", 0, 1, warm="bbb")
+    runs = load_runs([tmp_path])
+    with pytest.raises(ValueError, match="2 warm starts.*aaa.*bbb"):
+        check_one_warm_start(runs)
+    assert check_one_warm_start(runs.subset(lambda r: r.method == "ppo")) == "aaa"
+
+
+def test_ratio_shares_sum_histograms_then_normalise():
+    updates = pd.DataFrame({
+        "lag": ["16-19", "16-19"], "lag_low": [16, 16],
+        "ratio_hist_pos": [[1, 0, 0, 5, 3, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 0]],
+        "ratio_hist_neg": [[0, 0, 2, 4, 4, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0]],
+    })
+    shares = ratio_shares(updates)
+    pos = shares[shares["sign"] == "A > 0"].set_index("bin")["share"]
+    assert pos["0.8-1"] == pytest.approx(0.5)
+    assert pos[">2"] == pytest.approx(0.1)
+    off = outside_clip(shares)
+    assert off[("16-19", "A > 0")] == pytest.approx(0.2)  # (1 + 1) of 10 outside [0.8, 1.2]
+    assert off[("16-19", "A < 0")] == pytest.approx(0.2)  # 2 of 10, all in 0.5-0.8
+
+
+def _summary(diffs, base=(0.30, 0.35, 0.40)):
+    rows = []
+    for seed, (b, d) in enumerate(zip(base, diffs, strict=True)):
+        for method, acc in (("ppo", b), ("bapo", b + d), ("clip_higher", b)):
+            rows.append({"method": method, "seed": seed, "lag": "16-19", "lag_low": 16,
+                         "anchor": "coupled", "source": "delay", "experiment": "delay_16",
+                         "final_greedy_acc": acc, "final_sampled_acc": acc,
+                         "entropy_drift": -0.01 if method == "ppo" else 0.0})
+    return pd.DataFrame(rows)
+
+
+def test_paired_rows_are_per_seed_differences_with_a_t_interval():
+    diffs = (0.10, 0.12, 0.11)
+    d = paired_rows(_summary(diffs))
+    row = d[(d["method"] == "bapo") & (d["metric"] == "final_greedy_acc")].iloc[0]
+    sd = np.std(diffs, ddof=1)
+    assert row["mean"] == pytest.approx(0.11)
+    # the t table has 3 decimals (4.303)
+    assert row["high"] - row["mean"] == pytest.approx(T975_2 * sd / np.sqrt(3), rel=2e-4)
+    assert row["per_seed"] == pytest.approx(list(diffs))
+
+
+def test_claim_verdicts_follow_the_paired_interval():
+    held = lag_claims(_summary((0.10, 0.12, 0.11)), pd.DataFrame()).set_index("claim")
+    assert held.loc["bapo beats ppo where the clip binds (lag 16-19)", "verdict"] == "held"
+    # clip_higher's entropy drift is 0.0 against ppo's -0.01 on every seed: a constant
+    # +0.01 difference has a zero-width interval above 0
+    entropy = "raising c_high slows the entropy drop (clip_higher vs ppo, lag 16-19)"
+    assert held.loc[entropy, "verdict"] == "held"
+    worse = lag_claims(_summary((-0.10, -0.12, -0.11)), pd.DataFrame()).set_index("claim")
+    assert worse.loc["bapo beats ppo where the clip binds (lag 16-19)", "verdict"] == "not held"
+    mixed = lag_claims(_summary((0.10, -0.12, 0.01)), pd.DataFrame()).set_index("claim")
+    assert mixed.loc["bapo beats ppo where the clip binds (lag 16-19)", "verdict"] == "not settled"
+    # sweeps not run: rows say so instead of vanishing
+    assert held.loc["decoupled beats naive (coupled) ppo at lag 16-19", "verdict"] == "no data"
+    assert "corrections" in held.loc["decoupled beats naive (coupled) ppo at lag 16-19", "note"]
+    assert held.loc["m2po at the largest lag matches on-policy ppo", "verdict"] == "no data"
+
+
+def test_positive_share_claim_is_judged_per_seed_against_rho0():
+    rho = {0: [0.45, 0.47], 1: [0.44, 0.46], 2: [0.43, 0.49]}  # seed means 0.46, 0.45, 0.46
+    updates = pd.DataFrame([{"method": "bapo", "lag": "16-19", "seed": s, "rho": r,
+                             "rho_before": r - 0.1, "experiment": "delay_16"}
+                            for s, rs in rho.items() for r in rs])
+    c = lag_claims(_summary((0, 0, 0)), updates).set_index("claim")
+    row = c.loc["bapo keeps the positive share >= rho0 = 0.4 (lag 16-19)"]
+    assert row["value"] == pytest.approx((0.46 + 0.45 + 0.46) / 3)
+    assert row["verdict"] == "held"
+    # before the search: 0.35, 0.37, 0.34, 0.36, 0.33, 0.39 -> all 6 below 0.4
+    assert "100% before the search, 0% after" in row["note"]
+
+
+def test_report_cli_writes_claims_tables_and_figures(tmp_path, write_run):
+    root = tmp_path / "runs"
+    for seed in (0, 1, 2):
+        for method in ("ppo", "clip_higher", "bapo"):
+            _delayed(write_run, root, method, seed, 2)
+    out = tmp_path / "out"
+    assert lag_report_main(["--runs", str(root), "--pilots", "none", "--out", str(out)]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert "bapo beats ppo where the clip binds (lag 8-11)" in text
+    claims = pd.read_csv(out / "lag_claims.csv")
+    assert set(claims["verdict"]) <= {"held", "not held", "not settled", "no data"}
+    for name in ("lag_training", "lag_forest", "lag_bapo"):
+        assert (out / f"{name}.png").stat().st_size > 0
+    search = pd.read_csv(out / "lag_search.csv").set_index("method")
+    # the synthetic bapo search: updates j = 0, 1 at start, 2 moved, 3 at the grid maximum
+    assert search.loc["bapo", "at start"] == pytest.approx(0.5)
+    assert search.loc["bapo", "moved, reached"] == pytest.approx(0.25)
+    assert search.loc["bapo", "not reached"] == pytest.approx(0.25)
+
+
+def test_report_cli_names_a_missing_runs_folder(tmp_path):
+    with pytest.raises(SystemExit, match="no such folder"):
+        lag_report_main(["--runs", str(tmp_path / "nope"), "--pilots", "none",
+                         "--out", str(tmp_path / "out")])
