@@ -50,6 +50,9 @@ CELL_COLS = {
     "entropy_drift": "entropy drift", "steady_clip_frac": "clip frac",
     "steady_abs_log_r": "mean abs log r", "steady_rho_before": "rho before search",
     "steady_grad_clipped": "grad-norm clipped",
+    # BAPO acts only when negative tokens carry > 1 - rho0 of the gradient; within a group
+    # the advantages cancel, so what tips the share is failing responses being longer
+    "length_pos": "length A>0", "length_neg": "length A<0",
 }
 
 
@@ -152,7 +155,8 @@ def _markdown(s, claims, figures, skipped, warm, ppo_updates) -> str:
         "",
         "final = last eval on 256 held-out problems; entropy drift = mean of the last 5 steps "
         "minus the first 5 (negative: fell); clip frac, mean abs log r, rho before search and "
-        "grad-norm clipped over the steady updates.",
+        "grad-norm clipped over the steady updates; lengths in tokens of the responses with "
+        "positive and negative advantage.",
         "",
         md_table(cell_table(s).astype(object).fillna("—")),
         "",

@@ -15,7 +15,7 @@ per-step timings come from the run dir's metrics.jsonl, not from a second clock.
 to DIR/gpu_check.json, for every step: time_rollout_s, time_behavior_s, time_update_s,
 tokens_per_s (response tokens per rollout second), peak GPU memory, FLOPs and MFU
 (formula and peaks in benchmarks/gpu_sizing.py), and per run a metric summary; the sizing
-table for src/rollout/GPU.md goes to DIR/sizing_table.md and stdout.
+table for docs/gpu.md goes to DIR/sizing_table.md and stdout.
 
 `--budget-s` bounds the RL runs' wall time (split evenly between the methods): a run
 that would overrun its share stops before its next step and says so in the JSON.

@@ -4,7 +4,7 @@
 # built and warm-started here on the GPU (bf16 autocast, fp32 weights), with HF-generate
 # rollouts on the GPU. Writes $OUT_DIR/gpu_check.json (per step: rollout / behaviour /
 # update seconds, tokens/s, peak GPU memory, FLOPs and MFU; per run: a metric summary)
-# and $OUT_DIR/sizing_table.md (the table for src/rollout/GPU.md). See src/rollout/GPU.md.
+# and $OUT_DIR/sizing_table.md (the table for docs/gpu.md). See docs/gpu.md.
 #
 # Needs: Python >= 3.11 with torch (CUDA build), transformers 5, numpy, pandas, pyarrow,
 # PyYAML and tqdm; pytest for the CUDA-marked tests. hydra-core, omegaconf and the ANTLR
@@ -31,7 +31,7 @@
 # auto: vllm when it imports), PEAK_TFLOPS (the GPU's dense bf16 peak when its name is not
 # known), ARGS (more arguments for benchmarks/gpu_check.py, e.g. "--steps 10 train.lr=2e-5").
 # Expected on one H100/H200 (an ESTIMATE, not measured; benchmarks/gpu_estimate.py and
-# src/rollout/GPU.md): warm start 20-60 s, each run 20-60 s, 2-4 minutes in all.
+# docs/gpu.md): warm start 20-60 s, each run 20-60 s, 2-4 minutes in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}

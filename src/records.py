@@ -2,7 +2,7 @@
 
 The project's trainer and the TRL plug both build their `kind: step` records and their
 per-token Parquet columns here, so the two engines write the same schema
-(`src.telemetry.TOKEN_SCHEMA`, README "Run dir format") with the same meanings.
+(`src.telemetry.TOKEN_SCHEMA`, docs/run_dir.md) with the same meanings.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def register_resolver() -> None:
 
 
 # conf/ dirs that are not groups of `python -m src.run`: launch configs of TRL, accelerate
-# and verl (src/integrations/README.md), which src.run would reject.
+# and verl (docs/integrations.md), which src.run would reject.
 NOT_RUN_GROUPS = ("integrations",)
 
 

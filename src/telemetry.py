@@ -1,6 +1,6 @@
 """Run-dir writer: status, metrics.jsonl, per-token Parquet parts, optional wandb.
 
-The format is the contract with `analysis/` (README, "Run dir format"). Everything here is
+The format is the contract with `analysis/` (docs/run_dir.md). Everything here is
 append-and-flush or write-then-rename, so a killed process leaves a readable run dir.
 """
 
@@ -178,7 +178,7 @@ def accuracy_lines(evals: list[dict], samples: int | None) -> list[str]:
         lines.append(f"    {name:<8} start {fmt(first.get(key))}  end {fmt(last.get(key))}  "
                      f"change {change(key)}")
     lines.append("  one seed of a 3M-parameter model: across 3 seeds final accuracy varies by "
-                 "+-0.04-0.17, more than methods differ (README, Reproduction: Discussion)")
+                 "+-0.04-0.17, more than methods differ (docs/reproduction.md, Discussion)")
     return lines
 
 

@@ -157,7 +157,7 @@ def test_cli_runs_and_skips_finished(tmp_path, smoke_overrides):
         row("greedy"),
         row("sampled"),
         "  one seed of a 3M-parameter model: across 3 seeds final accuracy varies by "
-        "+-0.04-0.17, more than methods differ (README, Reproduction: Discussion)",
+        "+-0.04-0.17, more than methods differ (docs/reproduction.md, Discussion)",
         f"  final reward: {step['reward_mean']:.3f} (mean reward_mean of the last 1 steps)",
         f"  training wall time: {wall:.1f} s",
         f"  next: python analysis/make_figures.py --runs {run_dir}",

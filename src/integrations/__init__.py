@@ -1,4 +1,4 @@
-"""Scale-out plugs: the project's objectives inside TRL and verl (see README.md here).
+"""Scale-out plugs: the project's objectives inside TRL and verl (see docs/integrations.md).
 
 - `src.integrations.trl_grpo`: `ProjectGRPOTrainer`, a TRL `GRPOTrainer` whose loss is
   the project's methods; its launcher is `python -m src.integrations.trl_launch`.

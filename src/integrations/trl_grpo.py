@@ -19,7 +19,7 @@ update j of a rollout is j updates stale, as in the project's `minibatch` mode.
 Optional telemetry writes the project's run dir (config.yaml, meta.json, status.json,
 metrics.jsonl with update/step/eval records, tokens/step_XXXXXX.parquet), so
 `analysis/make_figures.py --runs <dir>` reads TRL runs; the records come from
-`src.records`, as the project trainer's do. Launch: see README.md here, or
+`src.records`, as the project trainer's do. Launch: see docs/integrations.md, or
 `python -m src.integrations.trl_launch --config conf/integrations/trl_grpo.yaml`.
 """
 

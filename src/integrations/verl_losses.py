@@ -1,7 +1,7 @@
 """verl plug: the project's objectives as entries of verl's policy-loss registry.
 
 Importing this module (in every verl process: use `actor_rollout_ref.model.external_lib=
-src.integrations.verl_losses`, see README.md here) registers one verl policy loss per
+src.integrations.verl_losses`, see docs/integrations.md) registers one verl policy loss per
 method yaml in conf/method/ (`ppo`, `clip_higher`, `top_entropy`, `bapo`, `bapo_official`,
 `clip_0.8_1.5`, `gspo`, `cispo`, `m2po`, `clip_cov`, `kl_cov`, ...), each also under a `repro_`
 prefix. Select one with `actor_rollout_ref.actor.policy_loss.loss_mode=bapo`. Every entry

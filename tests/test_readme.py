@@ -1,0 +1,63 @@
+"""The front page stays true: CI runs the README's test command, every link and figure it
+(or a doc) names exists, and the claim counts it quotes are the report's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DOCS = [README, *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md",
+        REPO / "experiments" / "calibration" / "README.md", REPO / "analysis" / "README.md"]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _bash_blocks(text: str) -> list[str]:
+    return [b.strip() for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S)]
+
+
+def test_ci_runs_the_readme_test_command():
+    blocks = _bash_blocks(README.read_text())
+    test_cmd = next(b for b in blocks if b.endswith("python -m pytest"))
+    ci = (REPO / ".ci" / "run").read_text()
+    assert test_cmd in ci.splitlines()
+
+
+def test_quick_start_installs_torch_first_and_runs_the_main_job():
+    blocks = _bash_blocks(README.read_text())
+    main = next(b for b in blocks if "python -m src.run" in b and "pip install" in b)
+    assert main.index("pip install torch==2.13.0") < main.index("pip install -e .")
+
+
+def test_readme_stays_a_front_door():
+    assert len(README.read_text().splitlines()) <= 150
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if d.exists()], ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_relative_link_resolves(doc: Path):
+    missing = []
+    for url in LINK.findall(doc.read_text()):
+        path = url.split("#")[0]
+        if not path or re.match(r"(https?|mailto):", path):
+            continue
+        if not (doc.parent / path).exists():
+            missing.append(path)
+    assert not missing, f"{doc.relative_to(REPO)} links to missing files: {missing}"
+
+
+def test_quoted_claim_counts_are_the_reports():
+    counts = pd.read_csv(REPO / "figures" / "claim_counts.csv").set_index("label")
+    text = " ".join(README.read_text().split())
+
+    def quoted(label: str) -> str:
+        row = counts.loc[label]
+        return (f"{row['held']} held, {row['not held']} not held, {row['not settled']} not "
+                f"settled of {row['total']}")
+
+    assert f"(S1) has {quoted('S1')} claims" in text
+    assert f"all four suites have {quoted('all')}" in text
+    assert len(counts.drop(index="all")) == 4  # "all four suites"
