@@ -7,7 +7,7 @@ Two parts:
   Llama saved by the test, checking the sampler's log-probs against the trainer's, weight
   pushes after optimizer steps, and 3 trainer steps through `python -m src.run`.
 
-Run the real part with its own venv (see src/rollout/GPU.md):
+Run the real part with its own venv (see docs/gpu.md):
     /work/venv-vllm/bin/python -m pytest -m vllm tests/test_vllm_rollout.py
 """
 
