@@ -256,3 +256,47 @@ def fig_lag_forest(summary: pd.DataFrame, opts: Options, note: str = "") -> Figu
                  "seeds; dots: seeds)" + (f"\n{note}" if note else ""), fontsize=10)
     fig.tight_layout()
     return FigureResult("lag_forest", save(fig, "lag_forest", opts), d)
+
+
+ANCHOR_STYLE = {"coupled": ("#c62828", "o"), "recompute": ("#1565c0", "s"),
+                "decoupled": ("#2e7d32", "D")}
+
+
+def corrections_table(summary: pd.DataFrame, metric: str = "final_greedy_acc") -> pd.DataFrame:
+    """ppo per (lag, anchor): mean and 95% t-interval of `metric` over seeds (AReaL's
+    Table 3 layout: one row per correction, one column per lag)."""
+    d = summary[(summary["method"] == "ppo") & (summary["source"] == "delay")]
+    rows = []
+    for (lag, anchor), g in d.groupby(["lag", "anchor"], sort=False):
+        m, lo, hi, n = mean_ci(g[metric])
+        rows.append({"lag": lag, "lag_low": g["lag_low"].iloc[0], "anchor": anchor,
+                     "mean": m, "low": lo, "high": hi, "n": n})
+    return pd.DataFrame(rows)
+
+
+def fig_lag_corrections(summary: pd.DataFrame, opts: Options, on_policy: float | None = None,
+                        note: str = "") -> FigureResult:
+    """Final greedy accuracy against the lag, one line per ratio anchor; the on-policy ppo
+    mean as a reference line."""
+    t = corrections_table(summary)
+    require(not t.empty and t["anchor"].nunique() > 1,
+            "no ppo runs under more than one anchor (the corrections sweep)")
+    order = _lag_order(t["lag"], t["lag_low"])
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, anchor in enumerate(a for a in ANCHOR_STYLE if a in set(t["anchor"])):
+        colour, marker = ANCHOR_STYLE[anchor]
+        one = t[t["anchor"] == anchor].set_index("lag").reindex(order)
+        x = np.arange(len(order)) + (i - 1) * 0.08
+        ax.plot(x, one["mean"], marker=marker, color=colour,
+                label=f"{anchor} (n={int(one['n'].max())})")
+        ok = one["low"].notna()
+        ax.vlines(x[ok.to_numpy()], one["low"][ok], one["high"][ok], color=colour, lw=1.5)
+    if on_policy is not None:
+        ax.axhline(on_policy, color="black", ls="--", lw=1, label="on-policy ppo (1x)")
+    ax.set_xticks(range(len(order)), [f"lag {lag}" for lag in order])
+    ax.set_ylabel("final greedy accuracy (256 held-out problems)")
+    ax.set_title("ppo's ratio anchor against the lag (mean, 95% t-interval over seeds)"
+                 + (f"\n{note}" if note else ""), fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return FigureResult("lag_corrections", save(fig, "lag_corrections", opts), t)

@@ -24,7 +24,9 @@ if str(REPO) not in sys.path:  # `python analysis/lag_report.py` puts only analy
 
 from analysis import style  # noqa: E402
 from analysis.fig_lag import (  # noqa: E402
+    corrections_table,
     fig_lag_bapo,
+    fig_lag_corrections,
     fig_lag_forest,
     fig_lag_ratios,
     fig_lag_training,
@@ -42,6 +44,7 @@ from analysis.loader import RunSet, load_runs  # noqa: E402
 from analysis.plotting import Options, SkipFigure  # noqa: E402
 from analysis.report import md_table, verdict_counts  # noqa: E402
 from analysis.search_outcomes import is_bapo  # noqa: E402
+from analysis.stats import fmt_ci  # noqa: E402
 
 DEFAULT_RUNS = REPO / "experiments" / "lag_results"
 DEFAULT_PILOTS = sorted((REPO / "experiments" / "calibration" / "runs").glob("L[0-9]*"))
@@ -114,7 +117,8 @@ def write(runs: RunSet, pilots: RunSet | None, opts: Options) -> Path:
     for make in (lambda: fig_lag_training(steps, lags, opts, note),
                  lambda: fig_lag_ratios(ppo_updates, opts, note),
                  lambda: fig_lag_bapo(bapo, opts),
-                 lambda: fig_lag_forest(s[s["anchor"] == "coupled"], opts)):
+                 lambda: fig_lag_forest(s[s["anchor"] == "coupled"], opts),
+                 lambda: fig_lag_corrections(s, opts, _on_policy(s))):
         try:
             figures.append(make())
         except SkipFigure as e:
@@ -130,6 +134,11 @@ def write(runs: RunSet, pilots: RunSet | None, opts: Options) -> Path:
     path = opts.out / "REPORT.md"
     path.write_text(text)
     return path
+
+
+def _on_policy(s: pd.DataFrame) -> float | None:
+    on = s[(s["method"] == "ppo") & (s["lag"] == "0") & (s["anchor"] == "coupled")]
+    return float(on["final_greedy_acc"].mean()) if len(on) else None
 
 
 def _joined(a: RunSet, b: RunSet) -> RunSet:
@@ -167,6 +176,16 @@ def _markdown(s, claims, figures, skipped, warm, ppo_updates) -> str:
         off = outside_clip(shares).unstack("sign").reindex(order).round(4)
         lines += ["## ppo's ratios outside [0.8, 1.2], by lag and sign", "",
                   md_table(off.reset_index().astype(object).fillna("—")), ""]
+    corr = corrections_table(s)
+    if corr["anchor"].nunique() > 1 if not corr.empty else False:
+        order = corr.drop_duplicates("lag").sort_values("lag_low")["lag"]
+        cell = corr.assign(text=[fmt_ci(m, lo, hi, n) for m, lo, hi, n in
+                                 corr[["mean", "low", "high", "n"]].itertuples(index=False)])
+        wide = cell.pivot(index="anchor", columns="lag", values="text").reindex(columns=order)
+        lines += ["## ppo's ratio anchor against the lag (final greedy accuracy)", "",
+                  "AReaL's Table 3 layout: coupled is the naive ratio to the behaviour policy, "
+                  "recompute the ratio to the step-start policy, decoupled AReaL's objective.",
+                  "", md_table(wide.reset_index().astype(object).fillna("—")), ""]
     lines += ["## Figures", ""]
     lines += [f"![{f.name}]({f.name}.png)" for f in figures]
     lines += [f"- skipped: {why}" for why in skipped]

@@ -148,3 +148,20 @@ def test_report_cli_names_a_missing_runs_folder(tmp_path):
     with pytest.raises(SystemExit, match="no such folder"):
         lag_report_main(["--runs", str(tmp_path / "nope"), "--pilots", "none",
                          "--out", str(tmp_path / "out")])
+
+
+def test_corrections_table_is_per_lag_and_anchor_over_seeds(tmp_path):
+    from analysis.fig_lag import corrections_table, fig_lag_corrections
+    from analysis.plotting import Options
+
+    rows = [{"method": "ppo", "source": "delay", "lag": lag, "lag_low": low, "anchor": a,
+             "seed": s, "final_greedy_acc": base + 0.01 * s}
+            for lag, low in (("4-7", 4), ("16-19", 16))
+            for a, base in (("coupled", 0.30), ("decoupled", 0.36))
+            for s in (0, 1, 2)]
+    t = corrections_table(pd.DataFrame(rows)).set_index(["lag", "anchor"])
+    assert t.loc[("16-19", "decoupled"), "mean"] == pytest.approx(0.37)  # 0.36, 0.37, 0.38
+    assert t.loc[("16-19", "decoupled"), "high"] - 0.37 == pytest.approx(4.303 * 0.01 / np.sqrt(3))
+    fig = fig_lag_corrections(pd.DataFrame(rows), Options(out=tmp_path, formats=("png",)), 0.4)
+    assert (tmp_path / "lag_corrections.png").stat().st_size > 0
+    assert len(fig.data) == 4
