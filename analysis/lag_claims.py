@@ -17,6 +17,9 @@ from analysis.verdicts import Claim, directed, paired
 # A run whose held-out accuracy stays within this of on-policy training "matches" it
 # (M2PO's claim); the margin is the eval's binomial noise at ~0.35 on 256 problems x 2.
 MATCH_MARGIN = 0.05
+# "Keeps" the share: at least this share of updates end at rho >= rho0 (the search can
+# fail only where no bounds in its grid reach rho0).
+KEEP_SHARE = 0.95
 
 
 def _cell(s: pd.DataFrame, method: str, lag: str, anchor: str = "coupled") -> pd.DataFrame:
@@ -81,24 +84,25 @@ def lag_claims(s: pd.DataFrame, updates: pd.DataFrame) -> pd.DataFrame:
 
 
 def _share_claim(updates: pd.DataFrame, lag: str) -> Claim:
-    """BAPO keeps the positive share at or above rho0: per seed, the mean of the positive
-    share after the search over the steady updates; the 95% interval over seeds must lie
-    above rho0."""
-    c = Claim(f"bapo keeps the positive share >= rho0 = 0.4 (lag {lag})",
-              "by construction rho >= rho0 after the search; positive contribution 0.43-0.46 "
-              "(Fig. 9)", "per-seed mean rho after the search, interval above 0.4")
+    """BAPO keeps the positive share at or above rho0 in (nearly) every update: per seed, the
+    share of steady updates whose positive share after the search is >= rho0; held when the
+    95% interval over seeds lies above KEEP_SHARE, not held when below it."""
+    c = Claim(f"bapo keeps the positive share >= rho0 = 0.4 after its search (lag {lag})",
+              "every update: the search widens the bounds until rho >= rho0 (Alg. 1); "
+              "positive contribution 0.43-0.46 (Fig. 9)",
+              f"per-seed share of updates ending at rho >= 0.4, interval above {KEEP_SHARE}")
     u = updates if updates.empty else updates[(updates["method"] == "bapo")
                                               & (updates["lag"] == lag)]
     if u.empty:
         c.note = "sweep `lag grid` has not run bapo at this lag yet"
         return c
-    per_seed = u.assign(rho=pd.to_numeric(u["rho"], errors="coerce")).groupby("seed")["rho"].mean()
+    rho = pd.to_numeric(u["rho"], errors="coerce")
+    kept = (rho >= 0.4).groupby(u["seed"]).mean()
     c.experiments = ", ".join(sorted(set(u["experiment"])))
-    c = directed(c, per_seed, 0.4, UP)
-    below = (pd.to_numeric(u["rho"], errors="coerce") < 0.4).mean()
+    c = directed(c, kept, KEEP_SHARE, UP)
     before = (pd.to_numeric(u["rho_before"], errors="coerce") < 0.4).mean()
-    c.note = "; ".join(x for x in (c.note, f"updates below 0.4: {before:.0%} before the search, "
-                                           f"{below:.0%} after") if x)
+    c.note = "; ".join(x for x in (c.note, f"below 0.4 before the search: {before:.0%} of "
+                                           f"updates; mean rho after it {rho.mean():.3f}") if x)
     return c
 
 

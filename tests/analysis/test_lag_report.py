@@ -111,17 +111,24 @@ def test_claim_verdicts_follow_the_paired_interval():
     assert held.loc["m2po at the largest lag matches on-policy ppo", "verdict"] == "no data"
 
 
-def test_positive_share_claim_is_judged_per_seed_against_rho0():
-    rho = {0: [0.45, 0.47], 1: [0.44, 0.46], 2: [0.43, 0.49]}  # seed means 0.46, 0.45, 0.46
+def test_positive_share_claim_counts_updates_that_end_at_rho0():
+    # seed 0: 2 of 2 updates at >= 0.4; seed 1: 1 of 2; seed 2: 2 of 2 -> 1.0, 0.5, 1.0
+    rho = {0: [0.45, 0.47], 1: [0.35, 0.46], 2: [0.43, 0.49]}
     updates = pd.DataFrame([{"method": "bapo", "lag": "16-19", "seed": s, "rho": r,
                              "rho_before": r - 0.1, "experiment": "delay_16"}
                             for s, rs in rho.items() for r in rs])
     c = lag_claims(_summary((0, 0, 0)), updates).set_index("claim")
-    row = c.loc["bapo keeps the positive share >= rho0 = 0.4 (lag 16-19)"]
-    assert row["value"] == pytest.approx((0.46 + 0.45 + 0.46) / 3)
-    assert row["verdict"] == "held"
-    # before the search: 0.35, 0.37, 0.34, 0.36, 0.33, 0.39 -> all 6 below 0.4
-    assert "100% before the search, 0% after" in row["note"]
+    row = c.loc["bapo keeps the positive share >= rho0 = 0.4 after its search (lag 16-19)"]
+    assert row["value"] == pytest.approx(2.5 / 3)
+    assert row["verdict"] == "not settled"  # 0.83 +- 0.72 straddles 0.95
+    # before the search: 0.35, 0.37, 0.25, 0.36, 0.33, 0.39 -> all 6 below 0.4
+    assert "below 0.4 before the search: 100% of updates" in row["note"]
+    every = updates.assign(rho=0.45)
+    row = lag_claims(_summary((0, 0, 0)), every).set_index("claim").loc[row.name]
+    assert row["verdict"] == "held"  # 1.0 on every seed
+    half = updates.assign(rho=[0.45, 0.3] * 3)
+    row = lag_claims(_summary((0, 0, 0)), half).set_index("claim").loc[row.name]
+    assert row["verdict"] == "not held"  # 0.5 on every seed, below 0.95
 
 
 def test_report_cli_writes_claims_tables_and_figures(tmp_path, write_run):
