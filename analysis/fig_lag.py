@@ -139,12 +139,13 @@ def fig_lag_ratios(updates: pd.DataFrame, opts: Options, note: str = "") -> Figu
 def search_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
     """Per (method, lag): the share of each search outcome, the share of updates whose
     positive share before the search was below the method's target, and the mean bounds of
-    the updates where the search moved."""
+    the updates where the search moved and reached its target (an update that cannot reach
+    it ends at the grid maximum by construction)."""
     rows = []
     u = updates.assign(outcome=outcome(updates))
     for (method, lag), g in u.groupby(["method", "lag"], observed=True, sort=False):
         shares = g["outcome"].value_counts(normalize=True)
-        moved = g[pd.to_numeric(g["bapo_steps"], errors="coerce").fillna(0) > 0]
+        moved = g[g["outcome"] == "moved, reached"]
         rho0 = pd.to_numeric(g.get("rho0"), errors="coerce")
         rows.append({
             "method": method, "lag": lag, "lag_low": g["lag_low"].iloc[0], "updates": len(g),
@@ -203,8 +204,9 @@ def fig_lag_bapo(updates: pd.DataFrame, opts: Options, note: str = "") -> Figure
     ax.axhline(1.2, color="#9e9e9e", ls="--", lw=1)
     ax.set_ylim(0.55, None)
     ax.set_xticks(range(len(cells)), [f"{m}\nlag {lag}" for m, lag in cells], fontsize=7)
-    ax.set_ylabel("mean [c_low, c_high] of moved updates")
-    ax.set_title("bounds where the search moved (dashed: [0.8, 1.2])", fontsize=9)
+    ax.set_ylabel("mean [c_low, c_high]")
+    ax.set_title("bounds where the search moved and reached rho0\n(dashed: [0.8, 1.2]; "
+                 "n: such updates)", fontsize=9)
     fig.suptitle("BAPO's search by lag (steady updates)" + (f"\n{note}" if note else ""),
                  fontsize=10)
     fig.tight_layout()
