@@ -22,7 +22,7 @@ from analysis.plotting import (
 from analysis.search_outcomes import OUTCOMES, is_bapo, outcome_table
 
 RANGE_KEYS = ("low_start", "low_max", "high_start", "high_max")
-# methods.md: the paper reports c_high settling at ~1.9-2.2 and c_low near 0.7.
+# docs/methods.md: the paper reports c_high settling at ~1.9-2.2 and c_low near 0.7.
 PAPER_C_HIGH = (1.9, 2.2)
 PAPER_C_LOW = 0.7
 OUTCOME_COLORS = {
