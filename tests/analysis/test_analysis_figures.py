@@ -123,7 +123,7 @@ def test_fig07_asymmetric(sweep, runset, opts):
     assert_files(res)
     want = {"clip_0.8_1.5", "clip_0.5_1.2", "ppo"}
     exp = records(written, "steps", lambda m, k, s: m in want and k == 4)
-    assert_curves(res, exp, ["reward_mean", "entropy_mean"])
+    assert_curves(res, exp, ["reward_mean", "entropy_mean", "clip_frac"])
     assert set(res.data["method"]) == want and set(res.data["staleness"]) == {4}
     with pytest.raises(SkipFigure, match="clip_0.8_1.5 or clip_0.5_1.2 at 4x"):
         fig_training.fig07_asymmetric(runset.subset(lambda r: r.method in ("ppo", "bapo")), opts)
@@ -225,7 +225,12 @@ def test_fig11_final_accuracy(sweep, runset, opts):
     caption = fig_final.eval_caption(runset, fig_final.final_evals(runset))
     assert caption.startswith("Last eval of each run on 50 held-out problems (greedy: 1 "
                               "response, sampled: ? per problem).")
-    assert "mean over 1/2 seeds; whiskers: 95% Student-t interval over seeds" in caption
+    assert ("mean over 1/2 seeds; dots: the seeds; whiskers: 95% Student-t interval over "
+            "seeds") in caption
+    # The dashed warm-start line: the mean over runs of each metric's step-0 eval.
+    for metric in ("sampled_accuracy", "greedy_accuracy"):
+        want = np.mean([r.evals[0][metric] for r in written.values()])
+        assert res.extra["start"][metric].item() == pytest.approx(want)
     empty = dataclasses.replace(runset, evals=runset.evals.iloc[0:0])
     with pytest.raises(SkipFigure, match="no eval records"):
         fig_final.fig11_final_accuracy(empty, opts)
@@ -288,3 +293,38 @@ def test_figures_are_byte_identical_on_rerun(runset, opts, tmp_path):
     again = {p.name: p.read_bytes() for p in fig08_bapo_bounds(runset, opts).paths}
     assert set(first) == {"fig08_bapo_bounds.png", "fig08_bapo_bounds.pdf"}
     assert first == again
+
+
+def test_learning_figures_skip_random_reward_runs(tmp_path, opts, write_run):
+    # Coin-flip rewards leave nothing to learn: accuracy, contribution and length by sign
+    # would be noise, so those figures are skipped for such a suite.
+    from analysis.loader import load_runs
+
+    for method, k in (("ppo", 1), ("ppo", 2), ("bapo", 2)):
+        write_run(tmp_path / "runs", method, k, 0, extra_config={"task.reward": "random"})
+    runs = load_runs([tmp_path / "runs"])
+    for fn in (fig_training.fig04_contribution, fig_training.fig06_length,
+               fig_training.fig09_bapo_vs_ppo, fig_final.fig11_final_accuracy):
+        with pytest.raises(SkipFigure, match="random rewards"):
+            fn(runs, opts)
+    assert fig_training.fig02_staleness(runs, opts).paths  # entropy and clipping still mean something
+
+
+def test_fig07_legend_names_bounds_and_seeds(runset):
+    labels = fig_training.method_labels(runset, set(fig_training.FIG7_METHODS), 4)
+    assert labels == {"ppo": "ppo [0.8, 1.2], 2 seeds",
+                      "clip_0.8_1.5": "clip_0.8_1.5 [0.8, 1.5], 2 seeds",
+                      "clip_0.5_1.2": "clip_0.5_1.2 [0.5, 1.2], 2 seeds"}
+
+
+def test_titles_wrap_to_the_figure_width():
+    import matplotlib.pyplot as plt
+
+    from analysis.plotting import wrapped
+
+    fig = plt.figure(figsize=(3, 2))
+    text = wrapped("word " * 60 + "\nsecond line", fig, 10)
+    plt.close(fig)
+    lines = text.split("\n")
+    assert len(lines) > 3 and max(len(line) for line in lines) <= int(3 * 72 / 5.5)
+    assert lines[-1] == "second line"
