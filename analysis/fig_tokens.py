@@ -20,8 +20,10 @@ from analysis.plotting import (
     finish_legends,
     grid,
     require,
+    sample_note,
     save,
     stx,
+    suptitle,
 )
 from analysis.summary import run_summary
 
@@ -45,8 +47,15 @@ def sign_label(adv: pd.Series) -> pd.Series:
     return pd.Series(np.where(adv > 0, "A>0", "A<0"), index=adv.index)
 
 
+# A box over fewer tokens than this says little: fig 5 leaves it out and shows its count.
+MIN_BOX_TOKENS = 30
+PROB_AXIS = "π_θ(token), current policy before the update (0-1)"
+
+
 def fig05_prob_by_ratio(runs: RunSet, opts: Options) -> FigureResult:
-    """Fig 5: token probability exp(logp) per IS-weight bin, split by advantage sign."""
+    """Fig 5: token probability exp(logp) per IS-weight bin, split by advantage sign.
+    `logp` is the current policy's log-prob before the update's step, so the probability
+    is π_θ's, the policy being trained (not the behaviour policy that sampled the token)."""
     chosen = runs.select(lambda r: r.method == BASE and r.staleness > 1 and bool(r.token_parts))
     require(bool(chosen), f"no off-policy (staleness > 1) '{BASE}' runs with token parts")
     tok = runs.tokens(["logp", "ratio", "advantage"], chosen, sample=opts.box_rows)
@@ -56,43 +65,75 @@ def fig05_prob_by_ratio(runs: RunSet, opts: Options) -> FigureResult:
     data["prob"] = np.exp(tok["logp"].astype("float64"))
     data["ratio_bin"] = ratio_bin(tok["ratio"])
     data["sign"] = sign_label(tok["advantage"])
+    counts = box_counts(data)
+    data["drawn"] = data.join(counts["drawn"], on=["staleness", "ratio_bin", "sign"])["drawn"]
     levels = sorted(data["staleness"].unique())
     fig, axes = plt.subplots(
-        1, len(levels), figsize=(4.2 * len(levels), 3.2), squeeze=False, sharey=True
+        1, len(levels), figsize=(4.4 * len(levels) + 1.0, 3.9), squeeze=False, sharey=True
     )
     for ax, k in zip(axes.flat, levels, strict=True):
+        here = data[(data["staleness"] == k)]
         with warnings.catch_warnings():  # seaborn 0.13 passes matplotlib's deprecated `vert`
             warnings.filterwarnings("ignore", message="vert: bool was deprecated")
             sns.boxplot(
-                data=data[data["staleness"] == k],
+                data=here[here["drawn"]],
                 x="ratio_bin",
                 y="prob",
                 hue="sign",
+                order=RATIO_LABELS,
                 hue_order=list(SIGN_COLORS),
                 palette=SIGN_COLORS,
                 showfliers=False,
                 linewidth=0.8,
                 ax=ax,
             )
-        ax.set_title(f"{BASE} {stx(k)}")
-        ax.set_xlabel("IS weight π/π_behaviour, bin")
-        ax.set_ylabel("token probability (0-1)")
-        ax.tick_params(axis="x", labelrotation=45)
+        n = counts.loc[k]
+        ax.set_xticks(range(len(RATIO_LABELS)))
+        ax.set_xticklabels([f"{b}\n{_count(n, b, 'A>0')}\n{_count(n, b, 'A<0')}"
+                            for b in RATIO_LABELS], fontsize=7)
+        seeds = here["seed"].nunique()
+        ax.set_title(f"{BASE} {stx(k)} ({seeds} seed{'s' if seeds != 1 else ''})")
+        ax.set_xlabel("IS weight π_θ/π_behaviour, bin; below: tokens A>0, A<0")
+        ax.set_ylabel(PROB_AXIS)
     finish_legends(fig, list(axes.flat))
-    fig.suptitle("Token probability per IS-weight bin, by advantage sign (tokens with A≠0; "
-                 "box: quartiles, whiskers: 1.5 IQR, outliers hidden)", fontsize=10)
+    suptitle(fig, "Token probability per IS-weight bin, by advantage sign (tokens with A≠0, "
+             f"every update; {sample_note(chosen)}).\nBox: quartiles, "
+             f"whiskers: 1.5 IQR, outliers hidden; a box over fewer than {MIN_BOX_TOKENS} "
+             "tokens is left out (its count in brackets)", fontsize=9)
     fig.tight_layout()
     name = "fig05_prob_by_is_weight"
-    return FigureResult(name, save(fig, name, opts), data.reset_index(drop=True))
+    return FigureResult(name, save(fig, name, opts), data.reset_index(drop=True),
+                        {"counts": counts.reset_index()})
 
 
-def _most_stale(runs: RunSet) -> list[Run]:
-    """Per method, its runs at the highest staleness > 1 that have token parts."""
-    top: dict[str, int] = {}
+def box_counts(data: pd.DataFrame) -> pd.DataFrame:
+    """Tokens per (staleness, IS-weight bin, sign), and whether the box is drawn."""
+    n = data.groupby(["staleness", "ratio_bin", "sign"], observed=False).size()
+    counts = n.rename("tokens").to_frame()
+    counts["drawn"] = counts["tokens"] >= MIN_BOX_TOKENS
+    return counts
+
+
+def _count(n: pd.DataFrame, ratio_bin: str, sign: str) -> str:
+    tokens = int(n.loc[(ratio_bin, sign), "tokens"]) if (ratio_bin, sign) in n.index else 0
+    return f"{tokens:,}" if tokens >= MIN_BOX_TOKENS else f"({tokens})"
+
+
+def _common_staleness(runs: RunSet) -> list[Run]:
+    """The runs with token parts at the one staleness > 1 that the most methods share (ties:
+    the higher), so every panel compares methods at the same staleness."""
+    methods: dict[int, set[str]] = {}
     for r in runs.runs:
         if r.staleness > 1 and r.token_parts:
-            top[r.method] = max(top.get(r.method, 0), r.staleness)
-    return [r for r in runs.runs if r.token_parts and top.get(r.method) == r.staleness]
+            methods.setdefault(r.staleness, set()).add(r.method)
+    if not methods:
+        return []
+    level = max(methods, key=lambda k: (len(methods[k]), k))
+    return [r for r in runs.runs if r.token_parts and r.staleness == level]
+
+
+# Fig 10's "near 1" band: tokens whose IS weight the update has barely moved.
+NEAR_ONE = (0.95, 1.05)
 
 
 RATIO_VIEW = (0.25, 4.0)  # fig 10's IS-weight axis; weights outside are drawn at its edge
@@ -101,8 +142,9 @@ RATIO_TICKS = [0.25, 0.5, 1.0, 2.0, 4.0]
 
 def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 10: probability vs IS weight coloured by entropy, tokens of stale updates only
-    (update 0 is on-policy: every weight is exactly 1 and says nothing here)."""
-    chosen = _most_stale(runs)
+    (update 0 is on-policy: every weight is exactly 1 and says nothing here), every method at
+    one staleness. Each panel states the share of tokens near 1, which the dots hide."""
+    chosen = _common_staleness(runs)
     require(bool(chosen), "no off-policy (staleness > 1) runs with token parts")
     panels = []
     for method in style.method_order({r.method for r in chosen}):
@@ -113,6 +155,8 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
         if tok.empty:
             continue
         p80 = float(np.quantile(tok["entropy"].astype("float64"), 0.8))
+        ratio = tok["ratio"].astype("float64")
+        near_one = float(ratio.between(*NEAR_ONE).mean())
         n = max(1, opts.scatter_rows * len(mruns))
         tok = tok.sample(n=min(n, len(tok)), random_state=0) if len(tok) > n else tok
         d = tok[RUN_COLS].copy()
@@ -120,6 +164,8 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
         d["prob"] = np.exp(tok["logp"].astype("float64"))
         d["entropy"] = tok["entropy"].astype("float64")
         d["entropy_p80"] = p80
+        d["near_one_share"] = near_one
+        d["stale_tokens"] = len(ratio)
         d["high_entropy"] = d["entropy"] >= p80
         d["c_low"], d["c_high"] = mruns[0].method_param("c_low"), mruns[0].method_param("c_high")
         d["objective"] = mruns[0].cfg("method.objective")
@@ -156,19 +202,25 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
         ax.xaxis.set_minor_locator(mticker.NullLocator())
         ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_ylim(-0.02, 1.02)
-        p80 = d["entropy_p80"].iat[0]
-        ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])} "
-                     f"(entropy p80 = {p80:.2f})", fontsize=9)
+        ax.text(0.97, 0.03, f"{d['near_one_share'].iat[0]:.0%} of {d['stale_tokens'].iat[0]:,} "
+                f"tokens\nat {NEAR_ONE[0]:g}-{NEAR_ONE[1]:g}", transform=ax.transAxes,
+                fontsize=7, ha="right", va="bottom",
+                bbox={"facecolor": "white", "alpha": 0.85, "lw": 0, "pad": 1})
+        ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])}", fontsize=9)
         ax.set_xlabel("IS weight π/π_behaviour" if i >= len(panels) - ncols else "")
         ax.set_ylabel("token probability (0-1)" if i % ncols == 0 else "")
         ax.tick_params(labelbottom=True)
     cbar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=axes,
                         fraction=0.03, pad=0.01)
     cbar.set_label("token entropy (nats)")
-    fig.suptitle("Token probability vs IS weight (log scale), tokens of stale updates "
-                 "(update >= 1), each method at its highest staleness.\nDashed: a fixed "
-                 "method's clip bounds. Weights outside [1/4, 4] are drawn at the edge (>).",
-                 fontsize=10)
+    level = stx(data["staleness"].iat[0])
+    dots = opts.scatter_rows
+    suptitle(fig, f"Token probability (π_θ before the update) vs IS weight (log scale), tokens "
+             f"of stale updates (update >= 1), every method at {level}; "
+             f"{sample_note(chosen)}.\nDots: up to {dots:,} tokens per run, drawn at random; "
+             f"most tokens sit at a weight of {NEAR_ONE[0]:g}-{NEAR_ONE[1]:g} (share in the "
+             "corner, of all stale tokens), where dots overlap.\nDashed: a fixed method's "
+             "clip bounds. Weights outside [1/4, 4] are drawn at the edge (>).", fontsize=10)
     name = "fig10_prob_is_entropy"
     return FigureResult(name, save(fig, name, opts), data)
 

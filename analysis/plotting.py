@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +15,7 @@ import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 
 from analysis import style
-from analysis.loader import RUN_COLS, RunSet
+from analysis.loader import RUN_COLS, Run, RunSet
 from analysis.stats import agg_ci, mean_ci
 
 
@@ -75,6 +75,17 @@ def require_learning(runs: RunSet) -> None:
     require(not runs.runs or any(r.cfg("task.reward") != "random" for r in runs.runs),
             "random rewards (task.reward=random): nothing to learn, so this figure would "
             "show only coin-flip noise")
+
+
+def sample_note(runs: Iterable[Run]) -> str:
+    """What share of responses the token rows hold: exported runs keep a seeded sample of
+    whole responses (meta.json `export.response_fraction`)."""
+    fractions = sorted({r.token_sample_fraction for r in runs if r.token_sample_fraction})
+    if not fractions:
+        return "token rows of every response"
+    shares = "/".join(f"1 in {round(1 / f):d}" if f > 0 and abs(1 / f - round(1 / f)) < 1e-6
+                      else f"{f:g}" for f in fractions)
+    return f"token rows of a seeded sample of {shares} responses (the export's sample)"
 
 
 def wrapped(text: str, fig: plt.Figure, fontsize: float) -> str:

@@ -188,6 +188,13 @@ def test_fig05_prob_by_ratio(sweep, runset, opts):
     pd.testing.assert_frame_equal(
         got.sort_index(), exp.sort_index(), check_dtype=False, check_index_type=False
     )
+    # The counts under each bin, and which boxes are drawn (>= 30 tokens), by hand.
+    n = tok.groupby(["staleness", "bin", "sign"]).size()
+    counts = res.extra["counts"].assign(bin=res.extra["counts"]["ratio_bin"].cat.codes)
+    counts = counts.set_index(["staleness", "bin", "sign"])
+    assert counts.loc[n.index, "tokens"].tolist() == n.tolist()
+    assert counts["tokens"].sum() == len(tok)  # empty bins are listed with 0
+    assert (counts["drawn"] == (counts["tokens"] >= 30)).all()
     with pytest.raises(SkipFigure, match="staleness > 1"):
         fig_tokens.fig05_prob_by_ratio(runset.subset(lambda r: r.staleness == 1), opts)
 
@@ -205,8 +212,22 @@ def test_fig10_prob_ratio_entropy(sweep, runset, opts):
         # Small runs: every row is drawn, so the dots are exactly the token rows.
         assert np.allclose(np.sort(got["entropy"]), np.sort(tok["entropy"].astype("float64")))
         assert (got["high_entropy"] == (got["entropy"] >= p80)).all()
+        ratio = tok["ratio"].astype("float64")
+        assert got["near_one_share"].iat[0] == pytest.approx(
+            ((ratio >= 0.95) & (ratio <= 1.05)).mean())
+        assert got["stale_tokens"].iat[0] == len(tok)
     with pytest.raises(SkipFigure, match="staleness > 1"):
         fig_tokens.fig10_prob_ratio_entropy(runset.subset(lambda r: r.staleness == 1), opts)
+
+
+def test_fig10_compares_methods_at_one_staleness(tmp_path, opts, write_run):
+    # ppo also ran at 8x: the panels stay at 4x, the level every method shares.
+    from analysis.loader import load_runs
+
+    for method, k in (("ppo", 4), ("bapo", 4), ("ppo", 8)):
+        write_run(tmp_path / "runs", method, k, 0)
+    res = fig_tokens.fig10_prob_ratio_entropy(load_runs([tmp_path / "runs"]), opts)
+    assert set(res.data["staleness"]) == {4} and set(res.data["method"]) == {"ppo", "bapo"}
 
 
 def test_fig11_final_accuracy(sweep, runset, opts):
