@@ -25,7 +25,6 @@ from analysis.plotting import (
     stx,
     suptitle,
 )
-from analysis.summary import run_summary
 
 BASE = "ppo"
 SIGN_COLORS = {"A>0": "#009E73", "A<0": "#CC79A7"}  # Okabe-Ito; no method uses them
@@ -253,34 +252,49 @@ def quadrant_shares(runs: RunSet) -> pd.DataFrame:
 
 
 def fig_entropy_quadrants(runs: RunSet, opts: Options) -> FigureResult:
-    """Which token kinds each method clips, next to how fast its entropy falls."""
+    """Which token kinds each method clips, one panel per staleness on one y scale. Levels
+    where no token was clipped (1x: every IS weight is 1) get no panel, only a note."""
     shares = quadrant_shares(runs)
     require(not shares.empty, "no runs with readable token parts")
-    ent = run_summary(runs, opts.last_k)[[*RUN_COLS, "entropy_drift"]]
-    levels = sorted(shares["staleness"].unique())
-    fig, axes = grid(len(levels) + 1, 3, 4.2, 3.4)
-    for ax, k in zip(axes, levels, strict=False):
+    clipped_any = shares.groupby("staleness")["clipped"].sum()
+    levels = [int(k) for k in sorted(clipped_any.index) if clipped_any[k] > 0]
+    require(bool(levels), "no token clipped at any staleness (every IS weight is 1)")
+    empty = [stx(k) for k in sorted(clipped_any.index) if clipped_any[k] == 0]
+    # wide enough for 13 methods' bars, and for the caption when there is one panel
+    fig, axes = grid(len(levels), 3, max(5.0, 9.0 / min(len(levels), 3)), 3.8)
+    top = 0.0
+    for ax, k in zip(axes, levels, strict=True):
         part = shares[shares["staleness"] == k]
         bar_panel(ax, part, "kind", "clip_share", KINDS, runs, bounds=(0.0, 1.0))
-        ax.set_title(f"clipped share by token kind, {stx(k)}")
+        top = max(top, ax.get_ylim()[1])
+        ax.set_title(f"staleness {stx(k)}")
         ax.set_ylabel("clipped share of the kind's tokens")
-        ax.set_xlabel(f"token kind (high p: p >= {PROB_SPLIT})")
+        ax.set_xlabel("token kind")
         ax.tick_params(axis="x", labelrotation=30)
-        if not (part["clip_share"].fillna(0) > 0).any():  # e.g. 1x: every IS weight is 1
-            ax.set_ylim(0, 1)
-            ax.text(0.5, 0.5, "no token clipped", ha="center", transform=ax.transAxes)
-        else:
-            ax.set_ylim(bottom=0)
-    ent = ent.assign(staleness_x=ent["staleness"].map(stx)).dropna(subset=["entropy_drift"])
-    ax = axes[-1]
-    order = [stx(k) for k in sorted(ent["staleness"].unique())]
-    bar_panel(ax, ent, "staleness_x", "entropy_drift", order, runs)
-    ax.set_title(f"entropy drift (last {opts.last_k} steps - first {opts.last_k})")
-    ax.set_xlabel("staleness")
-    ax.set_ylabel("entropy drift (nats/token; < 0: fell)")
-    finish_legends(fig, axes)
-    fig.suptitle("Bars: mean over seeds; whiskers: 95% Student-t interval over seeds "
-                 "(shares clipped to [0, 1])", fontsize=10)
-    fig.tight_layout()
+    for ax in axes:  # one scale: a bar's height means the same in every panel
+        ax.set_ylim(0, top)
+    shared_legend(fig, axes)
+    note = (f" No panel for {', '.join(empty)}: no token clipped there (every IS weight is 1)."
+            if empty else "")
+    suptitle(fig, "Clipped share by token kind (tokens with A≠0): clipped = left without "
+             f"gradient. high p: the token's probability under π_θ before the update is >= "
+             f"{PROB_SPLIT}, low p: below.\nBars: mean over seeds; whiskers: 95% Student-t "
+             f"interval over seeds (clipped to [0, 1]); {sample_note(runs.runs)}.{note}",
+             fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1 - 1.5 / fig.get_figwidth(), 1))
     name = "fig_entropy_quadrants"
-    return FigureResult(name, save(fig, name, opts), shares, {"entropy": ent})
+    return FigureResult(name, save(fig, name, opts), shares)
+
+
+def shared_legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
+    """One legend beside the panels with every method of any panel (panels at different
+    staleness hold different methods), in the canonical order."""
+    found: dict[str, object] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, h)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    order = style.method_order(found)
+    fig.legend([found[m] for m in order], order, title="method", loc="center right",
+               frameon=False)

@@ -264,7 +264,6 @@ def test_fig11_final_accuracy(sweep, runset, opts):
 
 def test_entropy_quadrants(sweep, runset, opts, tmp_path, write_run):
     _, written = sweep
-    opts = dataclasses.replace(opts, last_k=2)  # 4 steps: the drift needs 2k of them
     res = fig_tokens.fig_entropy_quadrants(runset, opts)
     assert_files(res)
     tok = tokens(written, lambda m, k, s: True)
@@ -281,13 +280,9 @@ def test_entropy_quadrants(sweep, runset, opts, tmp_path, write_run):
     pd.testing.assert_series_equal(
         got.sort_index().dropna(), exp.sort_index(), check_names=False, check_index_type=False
     )
-    steps = records(written, "steps")
-    k = opts.last_k  # drift: mean of the last k steps minus the first k
-    drift = steps.groupby(["method", "staleness", "seed"]).apply(
-        lambda g: g["entropy_mean"].tail(k).mean() - g["entropy_mean"].head(k).mean()
-    )
-    got = res.extra["entropy"].set_index(["method", "staleness", "seed"])["entropy_drift"]
-    pd.testing.assert_series_equal(got.sort_index(), drift.sort_index(), check_names=False)
+    # One panel per staleness where some token was clipped: 1x has every IS weight at 1.
+    assert res.data.query("staleness == 1")["clipped"].sum() == 0
+    assert len(res.paths) == 1
 
     write_run(tmp_path / "runs", "ppo", 2, 0, write_tokens=False)
     from analysis.loader import load_runs
