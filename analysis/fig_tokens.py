@@ -48,7 +48,7 @@ def sign_label(adv: pd.Series) -> pd.Series:
 
 # A box over fewer tokens than this says little: fig 5 leaves it out and shows its count.
 MIN_BOX_TOKENS = 30
-PROB_AXIS = "π_θ(token), current policy before the update (0-1)"
+PROB_AXIS = "token probability under π_θ (0-1)"
 
 
 def fig05_prob_by_ratio(runs: RunSet, opts: Options) -> FigureResult:
@@ -68,7 +68,8 @@ def fig05_prob_by_ratio(runs: RunSet, opts: Options) -> FigureResult:
     data["drawn"] = data.join(counts["drawn"], on=["staleness", "ratio_bin", "sign"])["drawn"]
     levels = sorted(data["staleness"].unique())
     fig, axes = plt.subplots(
-        1, len(levels), figsize=(4.4 * len(levels) + 1.0, 3.9), squeeze=False, sharey=True
+        1, len(levels), figsize=(max(7.0, 4.4 * len(levels) + 1.0), 4.1), squeeze=False,
+        sharey=True
     )
     for ax, k in zip(axes.flat, levels, strict=True):
         here = data[(data["staleness"] == k)]
@@ -95,7 +96,8 @@ def fig05_prob_by_ratio(runs: RunSet, opts: Options) -> FigureResult:
         ax.set_xlabel("IS weight π_θ/π_behaviour, bin; below: tokens A>0, A<0")
         ax.set_ylabel(PROB_AXIS)
     finish_legends(fig, list(axes.flat))
-    suptitle(fig, "Token probability per IS-weight bin, by advantage sign (tokens with A≠0, "
+    suptitle(fig, "Token probability under π_θ (the policy being trained, before the update's "
+             "step) per IS-weight bin, by advantage sign (tokens with A≠0, "
              f"every update; {sample_note(chosen)}).\nBox: quartiles, "
              f"whiskers: 1.5 IQR, outliers hidden; a box over fewer than {MIN_BOX_TOKENS} "
              "tokens is left out (its count in brackets)", fontsize=9)
