@@ -150,12 +150,11 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
     panels = []
     for method in style.method_order({r.method for r in chosen}):
         mruns = [r for r in chosen if r.method == method]
-        # Percentile from every stale row; only the scatter is sampled.
+        # The near-1 share from every stale row; only the scatter is sampled.
         tok = runs.tokens(["logp", "ratio", "entropy", "update"], mruns)
         tok = tok[tok["update"] > 0]
         if tok.empty:
             continue
-        p80 = float(np.quantile(tok["entropy"].astype("float64"), 0.8))
         ratio = tok["ratio"].astype("float64")
         near_one = float(ratio.between(*NEAR_ONE).mean())
         n = max(1, opts.scatter_rows * len(mruns))
@@ -164,10 +163,8 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
         d["ratio"] = tok["ratio"].astype("float64")
         d["prob"] = np.exp(tok["logp"].astype("float64"))
         d["entropy"] = tok["entropy"].astype("float64")
-        d["entropy_p80"] = p80
         d["near_one_share"] = near_one
         d["stale_tokens"] = len(ratio)
-        d["high_entropy"] = d["entropy"] >= p80
         d["c_low"], d["c_high"] = mruns[0].method_param("c_low"), mruns[0].method_param("c_high")
         d["objective"] = mruns[0].cfg("method.objective")
         panels.append(d)

@@ -208,15 +208,12 @@ def test_fig10_prob_ratio_entropy(sweep, runset, opts):
     _, written = sweep
     res = fig_tokens.fig10_prob_ratio_entropy(runset, opts)
     assert_files(res)
-    assert set(res.data["staleness"]) == {4}  # every method's highest staleness here
+    assert set(res.data["staleness"]) == {4}  # the level most methods share
     for method, got in res.data.groupby("method", observed=True):
         tok = tokens(written, lambda m, k, s, method=method: m == method and k == 4)
         tok = tok[tok["update"] > 0]  # stale updates only: update 0 has every ratio at 1
-        p80 = np.quantile(tok["entropy"].astype("float64"), 0.8)
-        assert got["entropy_p80"].unique() == pytest.approx([p80])
         # Small runs: every row is drawn, so the dots are exactly the token rows.
         assert np.allclose(np.sort(got["entropy"]), np.sort(tok["entropy"].astype("float64")))
-        assert (got["high_entropy"] == (got["entropy"] >= p80)).all()
         ratio = tok["ratio"].astype("float64")
         assert got["near_one_share"].iat[0] == pytest.approx(
             ((ratio >= 0.95) & (ratio <= 1.05)).mean())
