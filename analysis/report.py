@@ -388,7 +388,7 @@ def _sampling_lines(runs: RunSet) -> list[str]:
     return [
         f"Token rows of {sampled} of {len(runs.runs)} runs are a seeded sample of whole "
         f"responses (share kept: {shares}; meta.json `export`). Figures and numbers drawn "
-        "from token rows (Fig 5, Fig 10 and the entropy-quadrant figure) "
+        "from token rows (Fig 5, Fig 10, the entropy-quadrant and IS-weight figures) "
         "are estimates from that sample; everything from metrics.jsonl is exact.",
         "",
     ]
