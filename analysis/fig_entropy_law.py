@@ -10,9 +10,16 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from analysis import style
-from analysis.entropy_law import MEASURED, PREDICTED, has_entropy_change, law_by_cell, update_pairs
+from analysis.entropy_law import (
+    MEASURED,
+    PREDICTED,
+    has_entropy_change,
+    law_by_cell,
+    pearson,
+    update_pairs,
+)
 from analysis.loader import RunSet
-from analysis.plotting import FigureResult, Options, grid, require, save, stx
+from analysis.plotting import FigureResult, Options, grid, require, save, stx, suptitle
 from analysis.stats import fmt_ci
 
 NAME = "fig_entropy_law"
@@ -34,13 +41,20 @@ def panel_title(runs: RunSet, method: str, k: int) -> str:
     return f"{method} {stx(k)}" + (f", {bounds}" if bounds else "")
 
 
+def spearman(x: pd.Series, y: pd.Series) -> float:
+    """Rank (Spearman) correlation: Pearson's r of the ranks (ties share their mean rank).
+    Unlike r, one extreme update cannot carry it."""
+    return pearson(x.rank(), y.rank())
+
+
 def panel_text(row: pd.Series) -> str:
     n = int(row["r_seeds"])
     r_seeds = fmt_ci(row["r_mean"], row["r_low"], row["r_high"], n, 2)
     r_seeds = r_seeds.replace(f"(n={n})", f"({n} seed{'s' if n != 1 else ''})")
     agree = (f"{row['agree_share']:.2f} [{row['agree_low']:.2f}, {row['agree_high']:.2f}] "
              f"({int(row['agree'])}/{int(row['counted'])})") if row["counted"] else "—"
-    return (f"r pooled = {row['r_pooled']:.2f} ({int(row['updates'])} updates)\n"
+    return (f"r pooled = {row['r_pooled']:.2f}, Spearman = {row['spearman_pooled']:.2f} "
+            f"({int(row['updates'])} updates)\n"
             f"r per seed = {r_seeds}\nsign agrees: {agree}")
 
 
@@ -66,7 +80,7 @@ def caption(runs: RunSet, pairs: pd.DataFrame) -> str:
         "mini-batch tokens after its optimizer step minus before. "
         f"{rewards}; staleness mode {modes}.\n"
         f"One dot per update: {len(pairs)} updates of {pairs['run_id'].nunique()} runs, seeds "
-        f"{', '.join(map(str, seeds))}; each panel has its own scale. r: Pearson; ±: 95% Student-t interval over the per-seed r. "
+        f"{', '.join(map(str, seeds))}; each panel has its own scale. r: Pearson; Spearman: rank correlation, pooled (one extreme update can carry r, not it); ±: 95% Student-t interval over the per-seed r. "
         "Sign agreement: share of updates\nin the shaded quadrants (sign x = sign y; updates "
         "with either exactly 0 left out), [95% Wilson interval], which counts updates as "
         "independent."
@@ -79,6 +93,10 @@ def fig_entropy_law(runs: RunSet, opts: Options) -> FigureResult:
     pairs = update_pairs(runs)
     require(not pairs.empty, "no applied update with both entropy_clip_cov and entropy_change")
     law = law_by_cell(pairs)
+    law["spearman_pooled"] = [
+        spearman(g[PREDICTED], g[MEASURED])
+        for g in (pairs[(pairs["method"] == m) & (pairs["staleness"] == k)]
+                     for m, k in zip(law["method"], law["staleness"], strict=True))]
     cells = sorted({(m, int(k)) for m, k in zip(law["method"], law["staleness"], strict=True)},
                    key=lambda c: (c[1], style.method_order(law["method"]).index(c[0])))
     seeds = sorted(int(s) for s in pairs["seed"].unique())
@@ -104,6 +122,6 @@ def fig_entropy_law(runs: RunSet, opts: Options) -> FigureResult:
         ax.set_ylabel(Y_LABEL)
     handles = [Line2D([], [], ls="", marker="o", color=colours[s], label=f"seed {s}") for s in seeds]
     fig.legend(handles=handles, loc="lower right", ncol=len(seeds), frameon=False, fontsize=8)
-    fig.suptitle(caption(runs, pairs), fontsize=8)
+    suptitle(fig, caption(runs, pairs), fontsize=8)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return FigureResult(NAME, save(fig, NAME, opts), pairs, {"law": law})

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import warnings
+
 import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 
+from analysis import style
 from analysis.loader import RUN_COLS, RunSet
-from analysis.plotting import FigureResult, Options, bar_panel, finish_legends, require, save, stx
+from analysis.plotting import (
+    FigureResult,
+    Options,
+    bar_panel,
+    finish_legends,
+    require,
+    require_learning,
+    save,
+    stx,
+    suptitle,
+)
 
 EVAL_METRICS = {"sampled_accuracy": "sampled accuracy", "greedy_accuracy": "greedy accuracy"}
 
@@ -21,6 +35,19 @@ def final_evals(runs: RunSet) -> pd.DataFrame:
     return last[[*RUN_COLS, "step", *cols]].reset_index(drop=True)
 
 
+def start_evals(runs: RunSet) -> pd.Series:
+    """Held-out accuracy of the warm start: the mean over runs of each eval metric at step 0
+    (before any update; every run starts from the same weights)."""
+    ev = runs.evals
+    if ev.empty or "step" not in ev:
+        return pd.Series(dtype=float)
+    first = ev[ev["step"] == 0]
+    return first[[c for c in EVAL_METRICS if c in first.columns]].mean()
+
+
+WARM_START_STYLE = {"color": "0.25", "lw": 1.0, "ls": "--"}
+
+
 def _values(values) -> str:
     found = sorted({int(v) for v in values if v is not None and v == v})
     return "/".join(map(str, found)) if found else "?"
@@ -32,8 +59,9 @@ def eval_caption(runs: RunSet, final: pd.DataFrame) -> str:
     samples = _values(r.cfg("eval.samples") for r in runs.runs)
     seeds = _values(final.groupby(["method", "staleness"]).size())
     text = (f"Last eval of each run on {n_problems} held-out problems (greedy: 1 response, "
-            f"sampled: {samples} per problem).\nBars: mean over {seeds} seeds; whiskers: 95% "
-            "Student-t interval over seeds, clipped to [0, 1].")
+            f"sampled: {samples} per problem).\nBars: mean over {seeds} seeds; dots: the seeds; "
+            "whiskers: 95% Student-t interval over seeds, clipped to [0, 1]; dashed: the warm "
+            "start (step 0), where every run begins.")
     at_1x = set(final.loc[final["staleness"] == 1, "method"])
     if at_1x and set(final["method"]) - at_1x:
         text += ("\nNo 1x bar: not run at 1x, where every IS weight is 1 and a method that "
@@ -42,6 +70,7 @@ def eval_caption(runs: RunSet, final: pd.DataFrame) -> str:
 
 
 def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
+    require_learning(runs)
     final = final_evals(runs)
     require(not final.empty, "no eval records")
     present = [c for c in EVAL_METRICS if c in final.columns]
@@ -51,19 +80,37 @@ def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
     require(not long.empty, "no sampled_accuracy/greedy_accuracy in eval records")
     long["staleness_x"] = long["staleness"].map(stx)
     order = [stx(k) for k in sorted(long["staleness"].unique())]
+    start = start_evals(runs)
     # taller with many methods, so the legend (one row per method) fits beside the panels
     height = max(3.6, 1.4 + 0.3 * long["method"].nunique())
     fig, axes = plt.subplots(1, 2, figsize=(4.5 + 1.3 * len(order), height), sharey=True)
     for ax, (metric, label) in zip(axes, EVAL_METRICS.items(), strict=True):
+        d = long[long["metric"] == metric]
         # Accuracy lives in [0, 1]; with 2-3 seeds a t-interval can reach far past it.
-        bar_panel(ax, long[long["metric"] == metric], "staleness_x", "value", order, runs,
-                  bounds=(0.0, 1.0))
-        ax.set_title(f"final {label}")
+        bar_panel(ax, d, "staleness_x", "value", order, runs, bounds=(0.0, 1.0))
+        seed_dots(ax, d, order)
+        title = f"final {label}"
+        if metric in start and start[metric] == start[metric]:
+            ax.axhline(start[metric], **WARM_START_STYLE, label="warm start (step 0)")
+            title += f" (warm start: {start[metric]:.3f})"
+        ax.legend(*ax.get_legend_handles_labels(), title="method")
+        ax.set_title(title)
         ax.set_xlabel("staleness")
         ax.set_ylabel("held-out accuracy (share correct)")
-        ax.set_ylim(0, 1)
+        ax.set_ylim(0, min(1.0, ax.get_ylim()[1]))  # whiskers included; never past 1
     finish_legends(fig, axes)
-    fig.suptitle(eval_caption(runs, final), fontsize=9)
+    suptitle(fig, eval_caption(runs, final), fontsize=9)
     fig.tight_layout()
     name = "fig11_final_accuracy"
-    return FigureResult(name, save(fig, name, opts), long.reset_index(drop=True))
+    return FigureResult(name, save(fig, name, opts), long.reset_index(drop=True),
+                        {"start": start.to_frame("step 0").T})
+
+
+def seed_dots(ax: plt.Axes, d: pd.DataFrame, order: list[str]) -> None:
+    """One dot per seed on its bar (same dodge as the bars), without a legend entry."""
+    with warnings.catch_warnings():  # seaborn warns when a hue level is missing at an x
+        warnings.simplefilter("ignore")
+        sns.stripplot(data=d, x="staleness_x", y="value", hue="method", order=order,
+                      hue_order=style.method_order(d["method"].unique()),
+                      palette={m: "0.15" for m in d["method"].unique()}, dodge=True,
+                      jitter=False, size=2.5, ax=ax, legend=False)

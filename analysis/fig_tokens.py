@@ -20,10 +20,11 @@ from analysis.plotting import (
     finish_legends,
     grid,
     require,
+    sample_note,
     save,
     stx,
+    suptitle,
 )
-from analysis.summary import run_summary
 
 BASE = "ppo"
 SIGN_COLORS = {"A>0": "#009E73", "A<0": "#CC79A7"}  # Okabe-Ito; no method uses them
@@ -45,8 +46,15 @@ def sign_label(adv: pd.Series) -> pd.Series:
     return pd.Series(np.where(adv > 0, "A>0", "A<0"), index=adv.index)
 
 
+# A box over fewer tokens than this says little: fig 5 leaves it out and shows its count.
+MIN_BOX_TOKENS = 30
+PROB_AXIS = "token probability under π_θ (0-1)"
+
+
 def fig05_prob_by_ratio(runs: RunSet, opts: Options) -> FigureResult:
-    """Fig 5: token probability exp(logp) per IS-weight bin, split by advantage sign."""
+    """Fig 5: token probability exp(logp) per IS-weight bin, split by advantage sign.
+    `logp` is the current policy's log-prob before the update's step, so the probability
+    is π_θ's, the policy being trained (not the behaviour policy that sampled the token)."""
     chosen = runs.select(lambda r: r.method == BASE and r.staleness > 1 and bool(r.token_parts))
     require(bool(chosen), f"no off-policy (staleness > 1) '{BASE}' runs with token parts")
     tok = runs.tokens(["logp", "ratio", "advantage"], chosen, sample=opts.box_rows)
@@ -56,43 +64,77 @@ def fig05_prob_by_ratio(runs: RunSet, opts: Options) -> FigureResult:
     data["prob"] = np.exp(tok["logp"].astype("float64"))
     data["ratio_bin"] = ratio_bin(tok["ratio"])
     data["sign"] = sign_label(tok["advantage"])
+    counts = box_counts(data)
+    data["drawn"] = data.join(counts["drawn"], on=["staleness", "ratio_bin", "sign"])["drawn"]
     levels = sorted(data["staleness"].unique())
     fig, axes = plt.subplots(
-        1, len(levels), figsize=(4.2 * len(levels), 3.2), squeeze=False, sharey=True
+        1, len(levels), figsize=(max(7.0, 4.4 * len(levels) + 1.0), 4.1), squeeze=False,
+        sharey=True
     )
     for ax, k in zip(axes.flat, levels, strict=True):
+        here = data[(data["staleness"] == k)]
         with warnings.catch_warnings():  # seaborn 0.13 passes matplotlib's deprecated `vert`
             warnings.filterwarnings("ignore", message="vert: bool was deprecated")
             sns.boxplot(
-                data=data[data["staleness"] == k],
+                data=here[here["drawn"]],
                 x="ratio_bin",
                 y="prob",
                 hue="sign",
+                order=RATIO_LABELS,
                 hue_order=list(SIGN_COLORS),
                 palette=SIGN_COLORS,
                 showfliers=False,
                 linewidth=0.8,
                 ax=ax,
             )
-        ax.set_title(f"{BASE} {stx(k)}")
-        ax.set_xlabel("IS weight π/π_behaviour, bin")
-        ax.set_ylabel("token probability (0-1)")
-        ax.tick_params(axis="x", labelrotation=45)
+        n = counts.loc[k]
+        ax.set_xticks(range(len(RATIO_LABELS)))
+        ax.set_xticklabels([f"{b}\n{_count(n, b, 'A>0')}\n{_count(n, b, 'A<0')}"
+                            for b in RATIO_LABELS], fontsize=7)
+        seeds = here["seed"].nunique()
+        ax.set_title(f"{BASE} {stx(k)} ({seeds} seed{'s' if seeds != 1 else ''})")
+        ax.set_xlabel("IS weight π_θ/π_behaviour, bin; below: tokens A>0, A<0")
+        ax.set_ylabel(PROB_AXIS)
     finish_legends(fig, list(axes.flat))
-    fig.suptitle("Token probability per IS-weight bin, by advantage sign (tokens with A≠0; "
-                 "box: quartiles, whiskers: 1.5 IQR, outliers hidden)", fontsize=10)
+    suptitle(fig, "Token probability under π_θ (the policy being trained, before the update's "
+             "step) per IS-weight bin, by advantage sign (tokens with A≠0, "
+             f"every update; {sample_note(chosen)}).\nBox: quartiles, "
+             f"whiskers: 1.5 IQR, outliers hidden; a box over fewer than {MIN_BOX_TOKENS} "
+             "tokens is left out (its count in brackets)", fontsize=9)
     fig.tight_layout()
     name = "fig05_prob_by_is_weight"
-    return FigureResult(name, save(fig, name, opts), data.reset_index(drop=True))
+    return FigureResult(name, save(fig, name, opts), data.reset_index(drop=True),
+                        {"counts": counts.reset_index()})
 
 
-def _most_stale(runs: RunSet) -> list[Run]:
-    """Per method, its runs at the highest staleness > 1 that have token parts."""
-    top: dict[str, int] = {}
+def box_counts(data: pd.DataFrame) -> pd.DataFrame:
+    """Tokens per (staleness, IS-weight bin, sign), and whether the box is drawn."""
+    n = data.groupby(["staleness", "ratio_bin", "sign"], observed=False).size()
+    counts = n.rename("tokens").to_frame()
+    counts["drawn"] = counts["tokens"] >= MIN_BOX_TOKENS
+    return counts
+
+
+def _count(n: pd.DataFrame, ratio_bin: str, sign: str) -> str:
+    tokens = int(n.loc[(ratio_bin, sign), "tokens"]) if (ratio_bin, sign) in n.index else 0
+    return f"{tokens:,}" if tokens >= MIN_BOX_TOKENS else f"({tokens})"
+
+
+def _common_staleness(runs: RunSet) -> list[Run]:
+    """The runs with token parts at the one staleness > 1 that the most methods share (ties:
+    the higher), so every panel compares methods at the same staleness."""
+    methods: dict[int, set[str]] = {}
     for r in runs.runs:
         if r.staleness > 1 and r.token_parts:
-            top[r.method] = max(top.get(r.method, 0), r.staleness)
-    return [r for r in runs.runs if r.token_parts and top.get(r.method) == r.staleness]
+            methods.setdefault(r.staleness, set()).add(r.method)
+    if not methods:
+        return []
+    level = max(methods, key=lambda k: (len(methods[k]), k))
+    return [r for r in runs.runs if r.token_parts and r.staleness == level]
+
+
+# Fig 10's "near 1" band: tokens whose IS weight the update has barely moved.
+NEAR_ONE = (0.95, 1.05)
 
 
 RATIO_VIEW = (0.25, 4.0)  # fig 10's IS-weight axis; weights outside are drawn at its edge
@@ -101,26 +143,28 @@ RATIO_TICKS = [0.25, 0.5, 1.0, 2.0, 4.0]
 
 def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 10: probability vs IS weight coloured by entropy, tokens of stale updates only
-    (update 0 is on-policy: every weight is exactly 1 and says nothing here)."""
-    chosen = _most_stale(runs)
+    (update 0 is on-policy: every weight is exactly 1 and says nothing here), every method at
+    one staleness. Each panel states the share of tokens near 1, which the dots hide."""
+    chosen = _common_staleness(runs)
     require(bool(chosen), "no off-policy (staleness > 1) runs with token parts")
     panels = []
     for method in style.method_order({r.method for r in chosen}):
         mruns = [r for r in chosen if r.method == method]
-        # Percentile from every stale row; only the scatter is sampled.
+        # The near-1 share from every stale row; only the scatter is sampled.
         tok = runs.tokens(["logp", "ratio", "entropy", "update"], mruns)
         tok = tok[tok["update"] > 0]
         if tok.empty:
             continue
-        p80 = float(np.quantile(tok["entropy"].astype("float64"), 0.8))
+        ratio = tok["ratio"].astype("float64")
+        near_one = float(ratio.between(*NEAR_ONE).mean())
         n = max(1, opts.scatter_rows * len(mruns))
         tok = tok.sample(n=min(n, len(tok)), random_state=0) if len(tok) > n else tok
         d = tok[RUN_COLS].copy()
         d["ratio"] = tok["ratio"].astype("float64")
         d["prob"] = np.exp(tok["logp"].astype("float64"))
         d["entropy"] = tok["entropy"].astype("float64")
-        d["entropy_p80"] = p80
-        d["high_entropy"] = d["entropy"] >= p80
+        d["near_one_share"] = near_one
+        d["stale_tokens"] = len(ratio)
         d["c_low"], d["c_high"] = mruns[0].method_param("c_low"), mruns[0].method_param("c_high")
         d["objective"] = mruns[0].cfg("method.objective")
         panels.append(d)
@@ -156,19 +200,25 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
         ax.xaxis.set_minor_locator(mticker.NullLocator())
         ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_ylim(-0.02, 1.02)
-        p80 = d["entropy_p80"].iat[0]
-        ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])} "
-                     f"(entropy p80 = {p80:.2f})", fontsize=9)
+        ax.text(0.97, 0.03, f"{d['near_one_share'].iat[0]:.0%} of {d['stale_tokens'].iat[0]:,} "
+                f"tokens\nat {NEAR_ONE[0]:g}-{NEAR_ONE[1]:g}", transform=ax.transAxes,
+                fontsize=7, ha="right", va="bottom",
+                bbox={"facecolor": "white", "alpha": 0.85, "lw": 0, "pad": 1})
+        ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])}", fontsize=9)
         ax.set_xlabel("IS weight π/π_behaviour" if i >= len(panels) - ncols else "")
         ax.set_ylabel("token probability (0-1)" if i % ncols == 0 else "")
         ax.tick_params(labelbottom=True)
     cbar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=axes,
                         fraction=0.03, pad=0.01)
     cbar.set_label("token entropy (nats)")
-    fig.suptitle("Token probability vs IS weight (log scale), tokens of stale updates "
-                 "(update >= 1), each method at its highest staleness.\nDashed: a fixed "
-                 "method's clip bounds. Weights outside [1/4, 4] are drawn at the edge (>).",
-                 fontsize=10)
+    level = stx(data["staleness"].iat[0])
+    dots = opts.scatter_rows
+    suptitle(fig, f"Token probability (π_θ before the update) vs IS weight (log scale), tokens "
+             f"of stale updates (update >= 1), every method at {level}; "
+             f"{sample_note(chosen)}.\nDots: up to {dots:,} tokens per run, drawn at random; "
+             f"most tokens sit at a weight of {NEAR_ONE[0]:g}-{NEAR_ONE[1]:g} (share in the "
+             "corner, of all stale tokens), where dots overlap.\nDashed: a fixed method's "
+             "clip bounds. Weights outside [1/4, 4] are drawn at the edge (>).", fontsize=10)
     name = "fig10_prob_is_entropy"
     return FigureResult(name, save(fig, name, opts), data)
 
@@ -201,34 +251,49 @@ def quadrant_shares(runs: RunSet) -> pd.DataFrame:
 
 
 def fig_entropy_quadrants(runs: RunSet, opts: Options) -> FigureResult:
-    """Which token kinds each method clips, next to how fast its entropy falls."""
+    """Which token kinds each method clips, one panel per staleness on one y scale. Levels
+    where no token was clipped (1x: every IS weight is 1) get no panel, only a note."""
     shares = quadrant_shares(runs)
     require(not shares.empty, "no runs with readable token parts")
-    ent = run_summary(runs, opts.last_k)[[*RUN_COLS, "entropy_drift"]]
-    levels = sorted(shares["staleness"].unique())
-    fig, axes = grid(len(levels) + 1, 3, 4.2, 3.4)
-    for ax, k in zip(axes, levels, strict=False):
+    clipped_any = shares.groupby("staleness")["clipped"].sum()
+    levels = [int(k) for k in sorted(clipped_any.index) if clipped_any[k] > 0]
+    require(bool(levels), "no token clipped at any staleness (every IS weight is 1)")
+    empty = [stx(k) for k in sorted(clipped_any.index) if clipped_any[k] == 0]
+    # wide enough for 13 methods' bars, and for the caption when there is one panel
+    fig, axes = grid(len(levels), 3, max(5.0, 9.0 / min(len(levels), 3)), 3.8)
+    top = 0.0
+    for ax, k in zip(axes, levels, strict=True):
         part = shares[shares["staleness"] == k]
         bar_panel(ax, part, "kind", "clip_share", KINDS, runs, bounds=(0.0, 1.0))
-        ax.set_title(f"clipped share by token kind, {stx(k)}")
+        top = max(top, ax.get_ylim()[1])
+        ax.set_title(f"staleness {stx(k)}")
         ax.set_ylabel("clipped share of the kind's tokens")
-        ax.set_xlabel(f"token kind (high p: p >= {PROB_SPLIT})")
+        ax.set_xlabel("token kind")
         ax.tick_params(axis="x", labelrotation=30)
-        if not (part["clip_share"].fillna(0) > 0).any():  # e.g. 1x: every IS weight is 1
-            ax.set_ylim(0, 1)
-            ax.text(0.5, 0.5, "no token clipped", ha="center", transform=ax.transAxes)
-        else:
-            ax.set_ylim(bottom=0)
-    ent = ent.assign(staleness_x=ent["staleness"].map(stx)).dropna(subset=["entropy_drift"])
-    ax = axes[-1]
-    order = [stx(k) for k in sorted(ent["staleness"].unique())]
-    bar_panel(ax, ent, "staleness_x", "entropy_drift", order, runs)
-    ax.set_title(f"entropy drift (last {opts.last_k} steps - first {opts.last_k})")
-    ax.set_xlabel("staleness")
-    ax.set_ylabel("entropy drift (nats/token; < 0: fell)")
-    finish_legends(fig, axes)
-    fig.suptitle("Bars: mean over seeds; whiskers: 95% Student-t interval over seeds "
-                 "(shares clipped to [0, 1])", fontsize=10)
-    fig.tight_layout()
+    for ax in axes:  # one scale: a bar's height means the same in every panel
+        ax.set_ylim(0, top)
+    shared_legend(fig, axes)
+    note = (f" No panel for {', '.join(empty)}: no token clipped there (every IS weight is 1)."
+            if empty else "")
+    suptitle(fig, "Clipped share by token kind (tokens with A≠0): clipped = left without "
+             f"gradient. high p: the token's probability under π_θ before the update is >= "
+             f"{PROB_SPLIT}, low p: below.\nBars: mean over seeds; whiskers: 95% Student-t "
+             f"interval over seeds (clipped to [0, 1]); {sample_note(runs.runs)}.{note}",
+             fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1 - 1.5 / fig.get_figwidth(), 1))
     name = "fig_entropy_quadrants"
-    return FigureResult(name, save(fig, name, opts), shares, {"entropy": ent})
+    return FigureResult(name, save(fig, name, opts), shares)
+
+
+def shared_legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
+    """One legend beside the panels with every method of any panel (panels at different
+    staleness hold different methods), in the canonical order."""
+    found: dict[str, object] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, h)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    order = style.method_order(found)
+    fig.legend([found[m] for m in order], order, title="method", loc="center right",
+               frameon=False)

@@ -11,13 +11,20 @@ from analysis.plotting import (
     Options,
     draw_curves,
     line_panels,
+    reference_span,
     require,
+    require_learning,
     save,
     step_curves,
     stx,
+    suptitle,
 )
 
 BASE = "ppo"  # the paper's GRPO baseline
+# The paper's Fig. 4 and Fig. 9 readings (docs/methods.md): the negative tokens' share of
+# ppo's loss contribution off-policy, and BAPO's positive share.
+PAPER_NEG_CONTRIB = (0.55, 0.65)
+PAPER_BAPO_POS_CONTRIB = (0.43, 0.46)
 
 
 def _curves_of(
@@ -70,6 +77,7 @@ def fig02_staleness(runs: RunSet, opts: Options) -> FigureResult:
 def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 4: loss contribution (gradient reading) and token share, by advantage sign."""
     require(any(r.method == BASE for r in runs.runs), f"no '{BASE}' runs")
+    require_learning(runs)
     ids = {r.run_id for r in runs.runs if r.method == BASE}
     steps = runs.steps[runs.steps["run_id"].isin(ids)].copy()
     require("contrib_grad_pos_share" in steps, "no contrib_grad_pos_share in step records")
@@ -82,14 +90,18 @@ def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
         ("token_share_neg", "token share, A<0"),
     ]
     curves = step_curves(steps, [p[0] for p in panels], opts.smooth)
+    lo, hi = PAPER_NEG_CONTRIB
     fig = line_panels(
         curves,
         panels,
         runs,
         ncols=2,
         hue="staleness",
-        title=f"{BASE}: contribution by advantage sign (dotted: 0.5)",
+        title=f"{BASE}: contribution by advantage sign (dotted: 0.5; hatched: the paper's "
+        "off-policy range)",
         hlines={p[0]: 0.5 for p in panels},
+        spans={"contrib_grad_neg_share": (lo, hi, f"paper: {lo:g}-{hi:g}"),
+               "contrib_grad_pos_share": (1 - hi, 1 - lo, f"paper: {1 - hi:g}-{1 - lo:g}")},
     )
     name = "fig04_contribution_by_sign"
     return FigureResult(name, save(fig, name, opts), curves)
@@ -98,6 +110,7 @@ def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
 def fig06_length(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 6: mean response length of positive vs negative responses."""
     require(any(r.method == BASE for r in runs.runs), f"no '{BASE}' runs")
+    require_learning(runs)
     panels = [
         ("response_length_pos", "response length, A>0"),
         ("response_length_neg", "response length, A<0"),
@@ -114,18 +127,41 @@ FIG7_METHODS = ("clip_0.8_1.5", "ppo", "clip_0.5_1.2")
 
 
 def fig07_asymmetric(runs: RunSet, opts: Options, staleness: int = 4) -> FigureResult:
-    """Fig 7: fixed asymmetric clip bounds vs ppo at one staleness."""
+    """Fig 7: fixed asymmetric clip bounds vs ppo at one staleness; the clip fraction shows
+    how often each pair of bounds binds."""
     have = {r.method_name for r in runs.runs if r.staleness == staleness}
     require(
         bool(have & {"clip_0.8_1.5", "clip_0.5_1.2"}),
         f"no runs named clip_0.8_1.5 or clip_0.5_1.2 at {staleness}x",
     )
-    panels = [("reward_mean", "reward"), ("entropy_mean", "entropy")]
+    panels = [("reward_mean", "reward"), ("entropy_mean", "entropy"),
+              ("clip_frac", "clip fraction (no-gradient tokens)")]
     curves = _curves_of(runs, set(FIG7_METHODS), [p[0] for p in panels], opts, {staleness})
     fig = line_panels(curves, panels, runs,
-                      title=f"fixed asymmetric clips [c_low, c_high] at {staleness}x")
+                      title=f"fixed clip bounds [c_low, c_high] at {staleness}x")
+    relabel_legend(fig, method_labels(runs, set(FIG7_METHODS), staleness))
+    fig.tight_layout()  # again: the legend's labels grew, and it sits beside the panels
     name = "fig07_asymmetric_clips"
     return FigureResult(name, save(fig, name, opts), curves)
+
+
+def method_labels(runs: RunSet, methods: set[str], staleness: int) -> dict[str, str]:
+    """Legend text per method label: 'ppo [0.8, 1.2], 3 seeds' (its bounds and seed count)."""
+    out = {}
+    for r in runs.runs:
+        if r.method_name in methods and r.staleness == staleness and r.method not in out:
+            seeds = sum(1 for o in runs.runs if o.method == r.method and o.staleness == staleness)
+            lo, hi = r.method_param("c_low"), r.method_param("c_high")
+            bounds = f" [{lo:g}, {hi:g}]" if lo is not None and hi is not None else ""
+            out[r.method] = f"{r.method}{bounds}, {seeds} seed{'s' if seeds != 1 else ''}"
+    return out
+
+
+def relabel_legend(fig: plt.Figure, labels: dict[str, str]) -> None:
+    for ax in fig.axes:
+        if ax.get_legend() is not None:
+            for text in ax.get_legend().get_texts():
+                text.set_text(labels.get(text.get_text(), text.get_text()))
 
 
 FIG9_PANELS = [
@@ -142,6 +178,7 @@ def fig09_bapo_vs_ppo(runs: RunSet, opts: Options) -> FigureResult:
     by = {m: set(_levels(runs, m)) for m in ("bapo", BASE)}
     both = sorted(by["bapo"] & by[BASE])
     require(bool(both), f"no staleness with both 'bapo' and '{BASE}' runs")
+    require_learning(runs)
     curves = _curves_of(runs, {"bapo", BASE}, [p[0] for p in FIG9_PANELS], opts, set(both))
     rho0 = sorted({r.cfg("method.bapo.rho0") for r in runs.runs
                    if r.method_name == "bapo" and r.cfg("method.bapo.rho0") is not None})
@@ -154,6 +191,8 @@ def fig09_bapo_vs_ppo(runs: RunSet, opts: Options) -> FigureResult:
             d = curves[(curves["metric"] == metric) & (curves["staleness"] == k)]
             draw_curves(ax, d, runs, dashed=False)
             if metric == "contrib_grad_pos_share":
+                lo, hi = PAPER_BAPO_POS_CONTRIB
+                reference_span(ax, lo, hi, f"paper: bapo {lo:g}-{hi:g}")
                 for r in rho0:
                     ax.axhline(r, color="0.3", lw=0.9, ls="--", label=f"bapo rho0 = {r:g}")
             if i == 0:
@@ -167,8 +206,8 @@ def fig09_bapo_vs_ppo(runs: RunSet, opts: Options) -> FigureResult:
     keep = [(h, lab) for h, lab in zip(handles, labels, strict=True)
             if lab not in ("method", "staleness") and not lab.endswith("x")]
     fig.legend(*zip(*keep, strict=True), loc="center right", frameon=False)
-    fig.suptitle("bapo vs ppo; mean over seeds, band: 95% t-interval (clipped to the "
-                 "metric's range)")
+    suptitle(fig, "bapo vs ppo; mean over seeds, band: 95% t-interval (clipped to the "
+             "metric's range)")
     fig.tight_layout(rect=(0, 0, 1 - 1.3 / fig.get_figwidth(), 1))
     name = "fig09_bapo_vs_ppo"
     return FigureResult(name, save(fig, name, opts), curves, {"rho0": rho0})

@@ -1,4 +1,4 @@
-"""Read run dirs (notes/run_dir_spec.md) into tidy DataFrames, tolerating broken runs.
+"""Read run dirs (docs/run_dir.md) into tidy DataFrames, tolerating broken runs.
 
 Every problem is reported as a message and costs at most the run it is in: a run dir
 without config.yaml is skipped; an unfinished or crashed run is used up to its last

@@ -26,7 +26,10 @@ if __package__ in (None, ""):  # run as a script: make `analysis` importable fro
 from analysis import (  # noqa: E402
     fig_bounds,
     fig_entropy_law,
+    fig_eval_steps,
     fig_final,
+    fig_ratio,
+    fig_rho,
     fig_tokens,
     fig_training,
     style,
@@ -43,10 +46,13 @@ FIGURES: dict[str, Callable[[RunSet, Options], FigureResult]] = {
     "fig06_length_by_sign": fig_training.fig06_length,
     "fig07_asymmetric_clips": fig_training.fig07_asymmetric,
     "fig08_bapo_bounds": fig_bounds.fig08_bapo_bounds,
+    "fig_bapo_rho_before": fig_rho.fig_bapo_rho_before,
     "fig09_bapo_vs_ppo": fig_training.fig09_bapo_vs_ppo,
     "fig10_prob_is_entropy": fig_tokens.fig10_prob_ratio_entropy,
     "fig11_final_accuracy": fig_final.fig11_final_accuracy,
+    "fig_accuracy_by_step": fig_eval_steps.fig_accuracy_by_step,
     "fig_entropy_quadrants": fig_tokens.fig_entropy_quadrants,
+    "fig_is_ratio_by_staleness": fig_ratio.fig_is_ratio_by_staleness,
     "fig_entropy_law": fig_entropy_law.fig_entropy_law,
 }
 

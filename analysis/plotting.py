@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 
 from analysis import style
-from analysis.loader import RUN_COLS, RunSet
+from analysis.loader import RUN_COLS, Run, RunSet
 from analysis.stats import agg_ci, mean_ci
 
 
@@ -66,6 +67,38 @@ def ci_errorbar(x: Sequence[float], lower: float | None = None,
 def require(cond: bool, reason: str) -> None:
     if not cond:
         raise SkipFigure(reason)
+
+
+def require_learning(runs: RunSet) -> None:
+    """Skip a figure about learning (accuracy, reward, contribution by sign, length by sign)
+    when every reward is a coin flip: there is nothing to learn, so it would only show noise."""
+    require(not runs.runs or any(r.cfg("task.reward") != "random" for r in runs.runs),
+            "random rewards (task.reward=random): nothing to learn, so this figure would "
+            "show only coin-flip noise")
+
+
+def sample_note(runs: Iterable[Run]) -> str:
+    """What share of responses the token rows hold: exported runs keep a seeded sample of
+    whole responses (meta.json `export.response_fraction`)."""
+    fractions = sorted({r.token_sample_fraction for r in runs if r.token_sample_fraction})
+    if not fractions:
+        return "token rows of every response"
+    shares = "/".join(f"1 in {round(1 / f):d}" if f > 0 and abs(1 / f - round(1 / f)) < 1e-6
+                      else f"{f:g}" for f in fractions)
+    return f"token rows of a seeded sample of {shares} responses (the export's sample)"
+
+
+def wrapped(text: str, fig: plt.Figure, fontsize: float) -> str:
+    """`text` with each line wrapped to the figure's width, so a title is never cut at the
+    edges of a narrow figure (one panel of a small suite)."""
+    # An average glyph of the default sans font is ~0.55 em wide.
+    width = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))
+    return "\n".join(textwrap.fill(line, width) if line else line
+                      for line in text.split("\n"))
+
+
+def suptitle(fig: plt.Figure, text: str, fontsize: float = 10) -> None:
+    fig.suptitle(wrapped(text, fig, fontsize), fontsize=fontsize)
 
 
 def smooth_steps(df: pd.DataFrame, cols: list[str], window: int) -> pd.DataFrame:
@@ -132,10 +165,12 @@ def line_panels(
     ncols: int | None = None,
     title: str = "",
     hlines: dict[str, float] | None = None,
+    spans: dict[str, tuple[float, float, str]] | None = None,
     hue: str = "method",
     sharey: bool = False,
 ) -> plt.Figure:
     """One axis per (metric, title); band = 95% CI clipped to the metric's range.
+    `spans`: metric -> (low, high, text), a reference range drawn hatched and labelled.
 
     hue="method": colour = method, dash = staleness. hue="staleness" (one method): colour
     and dash both = staleness, so every staleness level has its own colour.
@@ -149,15 +184,28 @@ def line_panels(
         draw_curves(ax, curves[curves["metric"] == metric], runs, hue=hue)
         if hlines and metric in hlines:
             ax.axhline(hlines[metric], color="0.5", lw=0.8, ls=":")
+        if spans and metric in spans:
+            reference_span(ax, *spans[metric])
         ax.set_title(label)
         ax.set_ylabel(axis_label(metric))
         ax.set_xlabel(STEP_AXIS)
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     finish_legends(fig, axes.flat[: len(panels)])
-    fig.suptitle(f"{title}\n{BAND_NOTE}" if title else BAND_NOTE, fontsize=10)
+    suptitle(fig, f"{title}\n{BAND_NOTE}" if title else BAND_NOTE)
     fig.tight_layout()
     return fig
+
+
+REFERENCE_COLOR = "#E69F00"  # the paper's numbers, in every figure that shows them
+
+
+def reference_span(ax: plt.Axes, low: float, high: float, text: str) -> None:
+    """A range the paper reports, hatched, its text inside the panel's top-left corner."""
+    ax.axhspan(low, high, facecolor="none", edgecolor=REFERENCE_COLOR, hatch="///", lw=0,
+               label=text)
+    ax.text(0.02, 0.97, text, transform=ax.transAxes, va="top", fontsize=7,
+            color="#9A6A00", bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1})
 
 
 BAND_NOTE = "lines: mean over seeds; bands: 95% Student-t interval, clipped to the metric's range"

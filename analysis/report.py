@@ -1,7 +1,7 @@
 """figures/REPORT.md: results per method and staleness, and the paper's claims checked.
 
 Every number is computed here from the run dirs; nothing is typed in except the paper's
-own numbers (methods.md) that the measurements are compared with.
+own numbers (docs/methods.md) that the measurements are compared with.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _add_note(c: Claim, text: str) -> Claim:
 
 
 def claims_table(s: pd.DataFrame) -> pd.DataFrame:
-    """Each paper claim (methods.md) with the paper's number, ours, and a verdict.
+    """Each paper claim (docs/methods.md) with the paper's number, ours, and a verdict.
 
     `s` is the run summary of one suite (analysis/cells.py): each (method, staleness) is one
     cell there, so "ppo at 4x" is one set of seeds. Claims about "staleness > 1" are tested
@@ -388,7 +388,7 @@ def _sampling_lines(runs: RunSet) -> list[str]:
     return [
         f"Token rows of {sampled} of {len(runs.runs)} runs are a seeded sample of whole "
         f"responses (share kept: {shares}; meta.json `export`). Figures and numbers drawn "
-        "from token rows (Fig 5, Fig 10 and the entropy-quadrant figure) "
+        "from token rows (Fig 5, Fig 10, the entropy-quadrant and IS-weight figures) "
         "are estimates from that sample; everything from metrics.jsonl is exact.",
         "",
     ]

@@ -14,7 +14,7 @@ matplotlib.use("Agg")  # headless: figures are files, never windows
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-# The four compared methods first, then the ablations the sweeps name (run_dir_spec.md),
+# The four compared methods first, then the ablations the sweeps name (experiments/sweeps.yaml),
 # then the peer methods (the `peers` sweep).
 _DEEP = sns.color_palette("deep", 10).as_hex()
 _DARK = sns.color_palette("dark", 10).as_hex()

@@ -130,7 +130,7 @@ def _sums(r: Tensor, a: Tensor, w: Tensor, c_low: float, c_high: float, contribu
 
 def contribution_sums(ratio, advantages, mask, c_low, c_high, *, contribution="gradient",
                       weights=None, logp_behavior=None) -> tuple[float, float]:
-    """(S_pos, S_neg) under one reading; see methods.md."""
+    """(S_pos, S_neg) under one reading; see docs/methods.md."""
     if contribution not in CONTRIBUTIONS:
         raise ValueError(f"contribution must be one of {CONTRIBUTIONS}, got {contribution!r}")
     r, a, w = _prepare(ratio, advantages, mask, weights, logp_behavior)

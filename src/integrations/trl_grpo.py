@@ -469,7 +469,7 @@ class ProjectGRPOTrainer(GRPOTrainer):
 
     # -- run dir lifecycle -------------------------------------------------------------
     def run_config(self) -> dict:
-        """config.yaml: the keys analysis reads (run_dir_spec.md) plus the TRL knobs."""
+        """config.yaml: the keys analysis reads (docs/run_dir.md) plus the TRL knobs."""
         a = self.args
         rollout_batch = int(a.generation_batch_size)
         max_steps = int(a.max_steps) if a.max_steps and a.max_steps > 0 else None

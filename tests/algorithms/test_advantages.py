@@ -1,4 +1,4 @@
-"""Group-normalised advantages, checked against hand arithmetic (methods.md, Notation)."""
+"""Group-normalised advantages, checked against hand arithmetic (docs/methods.md, Notation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BAPO's positive contribution and adaptive bounds (methods.md, bapo / Algorithm 1).
+"""BAPO's positive contribution and adaptive bounds (docs/methods.md, BAPO / Algorithm 1).
 
 The library has two searches (`adaptive_bounds`, fast; `adaptive_bounds_reference`, the
 literal loop). Both are compared here with a third, written below in plain Python over
@@ -35,7 +35,7 @@ OFFICIAL_YAML = dict(low_start=0.6, low_max=0.8, high_start=1.2, high_max=2.0, h
 
 
 def py_sums(r, a, w, c_low, c_high, contribution):
-    """(S_pos, S_neg) as methods.md words them, one token at a time."""
+    """(S_pos, S_neg) as docs/methods.md words them, one token at a time."""
     s_pos = s_neg = 0.0
     for ri, ai, wi in zip(r, a, w, strict=True):
         if contribution == "gradient":

@@ -1,4 +1,4 @@
-"""Token entropy and the top-q entropy mask (methods.md, top_entropy)."""
+"""Token entropy and the top-q entropy mask (docs/methods.md, top_entropy)."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def close(x, y, tol=1e-12):
                                rtol=tol, atol=tol)
 
 
-def test_registry_and_defaults_match_methods_md():
+def test_registry_and_defaults_match_docs_methods():
     assert set(METHODS) >= {"ppo", "clip_higher", "top_entropy", "bapo"}
     assert METHOD_DEFAULTS["ppo"] == {"c_low": 0.8, "c_high": 1.2, "dual_clip_c": None}
     assert METHOD_DEFAULTS["clip_higher"] == {"c_low": 0.8, "c_high": 1.28, "dual_clip_c": None}
@@ -333,7 +333,7 @@ def test_bapo_dual_clip_tokens_leave_rho():
 
 
 def test_bapo_all_signed_tokens_dual_clipped_is_rho_zero_not_an_error():
-    # Every token has A != 0 and is dual-clipped: methods.md says rho = 0 and the search
+    # Every token has A != 0 and is dual-clipped: docs/methods.md says rho = 0 and the search
     # goes on (it walks the whole paper grid: 36 + 15 = 51 steps), not "undefined".
     # loss: J = max(min(rA, clip(r)A), 3A) = -3 for both -> token mean -3 -> loss 3
     out, grad = run("bapo", [[4.0, 5.0]], [[-1.0, -1.0]], dual_clip_c=3.0)

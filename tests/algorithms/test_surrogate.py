@@ -1,4 +1,4 @@
-"""Clip states, the clipped surrogate and loss aggregation, by hand (methods.md)."""
+"""Clip states, the clipped surrogate and loss aggregation, by hand (docs/methods.md)."""
 
 from __future__ import annotations
 

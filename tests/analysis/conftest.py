@@ -1,4 +1,4 @@
-"""Synthetic run dirs in the run-dir format (notes/run_dir_spec.md), with known numbers.
+"""Synthetic run dirs in the run-dir format (docs/run_dir.md), with known numbers.
 
 `write_run` writes config.yaml, meta.json, status.json, metrics.jsonl and
 tokens/step_XXXXXX.parquet, and returns the records and token rows it wrote so tests can

@@ -26,5 +26,10 @@ def test_committed_report_regenerates_from_committed_results(tmp_path, monkeypat
     assert code == 0
     for name in TEXT_OUTPUTS:
         assert (tmp_path / name).read_text() == (FIGURES / name).read_text(), name
-    committed = {p.name for p in FIGURES.glob("*.png")}
-    assert committed and committed == {p.name for p in tmp_path.glob("*.png")}
+    # The same figures, every suite's included: a figure now skipped (or new) shows here.
+    committed = {str(p.relative_to(FIGURES)) for p in FIGURES.rglob("*.png")}
+    assert committed and committed == {str(p.relative_to(tmp_path))
+                                       for p in tmp_path.rglob("*.png")}
+    # Every suite has its dir under the same name.
+    assert {p.name for p in (FIGURES / "suites").iterdir()} == \
+        {p.name for p in (tmp_path / "suites").iterdir()}

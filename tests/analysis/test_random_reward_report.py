@@ -15,6 +15,8 @@ import pytest
 
 from analysis import make_figures
 from analysis.entropy_law import (
+    MEASURED,
+    PREDICTED,
     entropy_drift,
     law_by_cell,
     pearson,
@@ -275,6 +277,12 @@ def test_figure_and_report_from_coin_flip_runs(coin_flip_runs, opts, tmp_path):
     assert res.paths[0].stat().st_size > 0
     assert len(res.data) == 3 * (1 * STEPS + 3 * 4 * STEPS)  # every update of 3 seeds
     assert res.data["predicted"].tolist()[:3] == pytest.approx(predicted(4)[:3])
+    # The rank correlation per cell, by hand: Pearson's r of the ranks (mean rank for ties).
+    for row in res.extra["law"].itertuples():
+        d = res.data[(res.data["method"] == row.method) & (res.data["staleness"] == row.staleness)]
+        x, y = d[PREDICTED].rank().to_numpy(), d[MEASURED].rank().to_numpy()
+        want = np.corrcoef(x, y)[0, 1] if x.std() and y.std() else math.nan
+        assert row.spearman_pooled == pytest.approx(want, nan_ok=True)
     out = tmp_path / "out"
     assert make_figures.main(["--runs", str(root), "--out", str(out), "--formats", "png",
                               "--last-k", str(LAST_K)]) == 0
