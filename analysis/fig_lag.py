@@ -53,12 +53,13 @@ SMOOTH_STEPS = 5  # per-step values of one seed swing by half their range; a rol
 def fig_lag_training(steps: pd.DataFrame, lags: pd.DataFrame, opts: Options,
                      note: str = "") -> FigureResult:
     """`steps`: step records of ppo runs; `lags`: lag_table rows of those runs."""
-    d = steps.merge(lags[["run_id", "lag", "lag_low"]], on="run_id").sort_values(["run_id", "step"])
+    d = steps.merge(lags[["run_id", "lag", "lag_low", "lag_high"]], on="run_id")
+    d = d.sort_values(["run_id", "step"])
     for metric in TRAINING_METRICS:
         d[metric] = pd.to_numeric(d[metric], errors="coerce").groupby(d["run_id"]).transform(
             lambda s: s.rolling(SMOOTH_STEPS, min_periods=1).mean())
     require(not d.empty, "no ppo runs with a lag")
-    order = _lag_order(d["lag"], d["lag_low"])
+    order = _lag_order(d["lag"], d["lag_low"] + d["lag_high"].fillna(0) * 1e-6)  # 0 before 0-3
     colours = _lag_palette(order)
     fig, axes = plt.subplots(1, len(TRAINING_METRICS), figsize=(4.2 * len(TRAINING_METRICS), 3.6))
     rows = []
