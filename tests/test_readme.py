@@ -45,3 +45,15 @@ def test_quoted_claim_counts_are_the_reports():
     assert f"(S1) has {quoted('S1')} claims" in text
     assert f"all four suites have {quoted('all')}" in text
     assert len(counts.drop(index="all")) == 4  # "all four suites"
+
+
+def test_quoted_results_are_in_the_reports():
+    """Every 'mean ± half-width' the README's claims table quotes is in a generated report."""
+    rows = [line for line in README.read_text().splitlines()
+            if line.startswith("| ") and " ± " in line]
+    reports = " ".join((REPO / "figures" / name).read_text()
+                       for name in ("REPORT.md", "lag/REPORT.md"))
+    quoted = [m for line in rows for m in re.findall(r"[+-]?\d+\.\d+ ± \d+\.\d+", line)]
+    assert quoted, "the README's claims table quotes no interval"
+    missing = [q for q in quoted if q not in reports and q.lstrip("+") not in reports]
+    assert not missing, f"README quotes numbers no report holds: {missing}"
