@@ -136,6 +136,15 @@ def write(runs: RunSet, pilots: RunSet | None, opts: Options) -> Path:
     return path
 
 
+def positive_share_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
+    """Per lag: runs, updates, mean rho and the share of updates with rho < 0.4."""
+    rho = pd.to_numeric(updates["rho"], errors="coerce")
+    g = updates.assign(rho=rho, below=(rho < 0.4).astype(float)).groupby("lag", sort=False)
+    return pd.DataFrame({"runs": g["run_id"].nunique(), "updates": g.size(),
+                         "mean rho": g["rho"].mean().round(3),
+                         "rho < 0.4": g["below"].mean().round(3)})
+
+
 def _on_policy(s: pd.DataFrame) -> float | None:
     on = s[(s["method"] == "ppo") & (s["lag"] == "0") & (s["anchor"] == "coupled")]
     return float(on["final_greedy_acc"].mean()) if len(on) else None
@@ -174,8 +183,15 @@ def _markdown(s, claims, figures, skipped, warm, ppo_updates) -> str:
     if not shares.empty:
         order = shares.drop_duplicates("lag").sort_values("lag_low")["lag"]
         off = outside_clip(shares).unstack("sign").reindex(order).round(4)
-        lines += ["## ppo's ratios outside [0.8, 1.2], by lag and sign", "",
-                  md_table(off.reset_index().astype(object).fillna("—")), ""]
+        off.columns = [f"outside, {c}" for c in off.columns]
+        share = positive_share_by_lag(ppo_updates).reindex(order)
+        table = off.join(share).reset_index()
+        lines += ["## ppo by lag: ratios outside [0.8, 1.2] and the positive share", "",
+                  "Steady updates; `rho` is the positive share of the gradient at [0.8, 1.2] "
+                  "(ppo logs it as BAPO would see it before any search), one value per "
+                  "mini-batch update; `rho < 0.4` the share of updates where BAPO's search "
+                  "would start.", "",
+                  md_table(table.astype(object).fillna("—")), ""]
     corr = corrections_table(s)
     if corr["anchor"].nunique() > 1 if not corr.empty else False:
         order = corr.drop_duplicates("lag").sort_values("lag_low")["lag"]

@@ -172,3 +172,15 @@ def test_corrections_table_is_per_lag_and_anchor_over_seeds(tmp_path):
     fig = fig_lag_corrections(pd.DataFrame(rows), Options(out=tmp_path, formats=("png",)), 0.4)
     assert (tmp_path / "lag_corrections.png").stat().st_size > 0
     assert len(fig.data) == 4
+
+
+def test_positive_share_by_lag_counts_updates_below_rho0():
+    from analysis.lag_report import positive_share_by_lag
+
+    u = pd.DataFrame({"lag": ["0-3"] * 4 + ["16-19"] * 2, "run_id": ["a", "a", "b", "b", "c", "c"],
+                      "rho": [0.3, 0.5, 0.45, 0.39, 0.6, None]})
+    t = positive_share_by_lag(u)
+    assert t.loc["0-3", "rho < 0.4"] == pytest.approx(0.5)  # 0.3 and 0.39 of 4
+    assert t.loc["0-3", "mean rho"] == pytest.approx(0.41)
+    assert t.loc["0-3", "runs"] == 2
+    assert t.loc["16-19", "mean rho"] == pytest.approx(0.6)  # a missing rho is not a value
