@@ -12,7 +12,7 @@ import pandas as pd
 import seaborn as sns
 
 from analysis import style
-from analysis.loader import NO_GRADIENT_STATES, RUN_COLS, Run, RunSet
+from analysis.loader import RUN_COLS, Run, RunSet
 from analysis.plotting import (
     FigureResult,
     Options,
@@ -24,6 +24,7 @@ from analysis.plotting import (
     stx,
 )
 from analysis.summary import run_summary
+from src.run_vocab import NO_GRADIENT_STATES
 
 BASE = "ppo"
 SIGN_COLORS = {"A>0": "#009E73", "A<0": "#CC79A7"}  # Okabe-Ito; no method uses them

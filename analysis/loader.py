@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from analysis.cells import Grouping, cell_key
+from src.run_vocab import upgrade_method_layout
 
 # `suite` and `method` as analysis/cells.py assigns them: `method` is the label shown (the
 # method's name, plus its differing parameters when a suite holds several variants).
@@ -50,36 +51,6 @@ _PART_RE = re.compile(r"step_(\d+)")
 _DICT_COLS = ["clip_state"]
 _PARQUET = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=_DICT_COLS))
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-# Token clip states whose token got no gradient (src/algorithms/surrogate.py NO_GRADIENT;
-# a test keeps the two equal). Other states keep a gradient, changed (cispo, kl_cov) or not.
-NO_GRADIENT_STATES = ("clip_low", "clip_high", "dual", "masked")
-# Before each method owned its parameters, config.yaml kept them flat under `method:`
-# (method.c_low, method.q, method.entropy_scope, method.bapo.*). Old layout -> today's
-# `method.<objective>.<param>`, per objective, so old and new runs of one method are one
-# cell. The same map as src/run_dir.py's (a test keeps the two equal).
-LEGACY_METHOD_PARAMS = {
-    "ppo": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c"},
-    "clip_higher": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c"},
-    "top_entropy": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c", "q": "q",
-                    "entropy_scope": "scope"},
-    "bapo": {"dual_clip_c": "dual_clip_c"},  # and everything under the old method.bapo
-}
-
-
-def upgrade_method_layout(cfg: dict[str, Any]) -> dict[str, Any]:
-    """`cfg` with an old-layout `method:` section (flat parameters) in today's layout."""
-    method = cfg.get("method")
-    if not isinstance(method, dict) or "c_low" not in method:
-        return cfg
-    objective = method.get("objective")
-    new = {k: method[k] for k in ("name", "objective", "aggregation") if k in method}
-    # bapo's own parameters already had their section, method.bapo
-    nested = method.get(objective)
-    section = dict(nested) if isinstance(nested, dict) else {}
-    section.update({new_key: method[old] for old, new_key in LEGACY_METHOD_PARAMS.get(objective, {}).items()
-                    if old in method})
-    new[objective] = section
-    return {**cfg, "method": new}
 
 
 @dataclass

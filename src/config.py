@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from src.algorithms import AGGREGATIONS, METHODS, Method, build_method
+from src.run_vocab import SHARED_METHOD_KEYS
 from src.schedule.anchors import ANCHORS
 from src.schedule.sources import SOURCES
 from src.schedule.split import STALENESS_MODES, minibatch_size
@@ -64,9 +65,6 @@ class MethodConfig:
         out = {k: getattr(self, k) for k in SHARED_METHOD_KEYS}
         out[self.objective] = dataclasses.asdict(self.params)
         return out
-
-
-SHARED_METHOD_KEYS = ("name", "objective", "aggregation")
 
 
 @dataclass

@@ -15,20 +15,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from src.algorithms import CLIP_STATES
-from src.algorithms.metrics import STATE_FRACTIONS
+from src.run_vocab import (
+    CLIP_STATE_NAMES,
+    STATE_FRACTIONS,
+    STEP_MAX_KEYS,
+    STEP_MEAN_KEYS,
+    STEP_SUM_LIST_KEYS,
+)
 
-# Means over a step's (not skipped) updates.
-STEP_MEAN_KEYS = ("clip_frac", *STATE_FRACTIONS,  # every state's share, so none is left out
-                  "clip_frac_pos", "clip_frac_neg", "token_share_pos", "token_share_neg",
-                  "contrib_grad_pos_share", "contrib_value_pos_share", "c_low", "c_high", "rho",
-                  "grad_norm", "kl_k3", "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1", "m2",
-                  "grad_clipped", "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1",
-                  "behav_kl_k3", "behav_m2", "behav_ess", "behav_weight_mean", "version_span_mean")
-# Summed over a step's updates (per-bin counts) and the step's maximum.
-STEP_SUM_LIST_KEYS = ("ratio_hist_pos", "ratio_hist_neg")
-STEP_MAX_KEYS = ("policy_lag_max", "behav_weight_max", "version_span_max")
-_CLIP_NAMES = np.array(CLIP_STATES)
+_CLIP_NAMES = np.array(CLIP_STATE_NAMES)
 
 
 def finite_mean(values: Iterable[Any]) -> float | None:

@@ -72,9 +72,9 @@ def test_old_layout_configs_read_as_todays():
     """Configs of run dirs made before methods owned their parameters (the staleness_4x
     seed-0 configs of the earlier AdamW reproduction, kept in tests/data) read as the
     method's yaml today; only bapo_official differs, by the recipe's dual-clip it now has."""
-    from analysis.loader import upgrade_method_layout as analysis_upgrade
     from src.config import to_container
-    from src.run_dir import ADDED_SECTIONS, config_differences, stored_config, upgrade_method_layout
+    from src.run_dir import config_differences, stored_config
+    from src.run_vocab import ADDED_SECTIONS
 
     runs = sorted((REPO / "tests" / "data" / "old_layout_runs").glob("*"))
     assert len(runs) == 8
@@ -82,20 +82,9 @@ def test_old_layout_configs_read_as_todays():
         raw = yaml.safe_load((run_dir / "config.yaml").read_text())
         assert "c_low" in raw["method"]  # the old layout
         upgraded = stored_config(run_dir)
-        assert analysis_upgrade(raw) == upgrade_method_layout(raw)
         # sections added since read as the values those runs used
         assert {k: upgraded[k] for k in ADDED_SECTIONS} == ADDED_SECTIONS
         name = upgraded["method"]["name"]
         diffs = config_differences(upgraded["method"], to_container(compose([f"method={name}"]))["method"])
         expected = [("bapo.dual_clip_c", None, 3.0)] if name == "bapo_official" else []
         assert diffs == expected, run_dir
-
-
-def test_the_legacy_maps_and_no_gradient_states_agree():
-    from analysis.loader import LEGACY_METHOD_PARAMS as ANALYSIS_MAP
-    from analysis.loader import NO_GRADIENT_STATES
-    from src.algorithms.surrogate import CLIP_STATES, NO_GRADIENT
-    from src.run_dir import LEGACY_METHOD_PARAMS
-
-    assert ANALYSIS_MAP == LEGACY_METHOD_PARAMS
-    assert tuple(CLIP_STATES[s] for s in NO_GRADIENT) == NO_GRADIENT_STATES

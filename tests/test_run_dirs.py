@@ -14,7 +14,8 @@ from hydra import initialize_config_dir
 
 from src import preflight
 from src import run as run_module
-from src.run_dir import NON_NUMERIC_KEYS, PATH_KEYS, config_differences, run_tag
+from src.run_dir import PATH_KEYS, config_differences, run_tag
+from src.run_vocab import NON_NUMERIC_KEYS
 from tests.conftest import REPO
 
 
