@@ -19,7 +19,7 @@ from analysis.plotting import (
     step_curves,
     stx,
 )
-from analysis.search_outcomes import OUTCOMES, is_bapo, outcome_table
+from analysis.search_outcomes import OUTCOMES, search_outcomes, searches_bounds
 
 RANGE_KEYS = ("low_start", "low_max", "high_start", "high_max")
 # methods.md: the paper reports c_high settling at ~1.9-2.2 and c_low near 0.7.
@@ -36,14 +36,14 @@ OUTCOME_LABELS = {"not reached": "not reached (grid max)"}
 
 def bound_ranges(runs: list[Run]) -> pd.DataFrame:
     """Distinct movable ranges [start, max] of c_low and c_high found in the configs."""
-    rows = [{k: r.cfg(f"method.bapo.{k}") for k in RANGE_KEYS} for r in runs]
+    rows = [{k: r.method_param(k) for k in RANGE_KEYS} for r in runs]
     df = pd.DataFrame(rows, columns=list(RANGE_KEYS)).dropna().drop_duplicates()
     return df.astype(float).reset_index(drop=True)
 
 
 def fig08_bapo_bounds(runs: RunSet, opts: Options) -> FigureResult:
-    chosen = runs.select(is_bapo)
-    require(bool(chosen), "no bapo runs (method.objective bapo)")
+    chosen = runs.select(searches_bounds)
+    require(bool(chosen), "no bapo runs (no method with adaptive bounds)")
     ids = {r.run_id for r in chosen}
     steps = runs.steps[runs.steps["run_id"].isin(ids)]
     require({"c_low", "c_high"} <= set(steps.columns), "no c_low/c_high in step records")
@@ -53,7 +53,7 @@ def fig08_bapo_bounds(runs: RunSet, opts: Options) -> FigureResult:
         grid = {"c_high": (ranges["high_start"].min(), ranges["high_max"].max()),
                 "c_low": (ranges["low_start"].min(), ranges["low_max"].max())}
     curves = clip_bands(step_curves(steps, ["c_high", "c_low"], opts.smooth), grid)
-    outcomes = outcome_table(runs.updates, ids)
+    outcomes = search_outcomes(runs)
     levels = sorted({r.staleness for r in chosen})
     palette = style.method_palette(runs.methods)
     own = {m: bound_ranges([r for r in chosen if r.method == m]) for m in {r.method for r in chosen}}

@@ -9,6 +9,7 @@ and per figure, with only the columns the figure asks for.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -26,7 +27,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from analysis.cells import Grouping, cell_key
-from src.run_vocab import upgrade_method_layout
+from src.run_vocab import MethodTraits, upgrade_method_layout
 
 # `suite` and `method` as analysis/cells.py assigns them: `method` is the label shown (the
 # method's name, plus its differing parameters when a suite holds several variants).
@@ -51,6 +52,16 @@ _PART_RE = re.compile(r"step_(\d+)")
 _DICT_COLS = ["clip_state"]
 _PARQUET = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=_DICT_COLS))
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def registry_traits(objective: str) -> MethodTraits:
+    """A method's traits from the method registry (it imports torch, so only when a run's
+    config lacks them); an objective the registry does not know has none."""
+    from src.algorithms import METHODS
+
+    method = METHODS.get(objective)
+    return method.traits if method is not None else MethodTraits()
 
 
 @dataclass
@@ -83,6 +94,15 @@ class Run:
     @property
     def last_step(self) -> int:
         return self.complete_steps[-1]
+
+    @property
+    def traits(self) -> MethodTraits:
+        """What the run's method is (adaptive bounds, the record keys of its decision): its
+        config's `method.traits`, or, for runs written before those, the registry's."""
+        stored = self.cfg("method.traits")
+        if isinstance(stored, dict):
+            return MethodTraits.from_config(stored)
+        return registry_traits(self.cfg("method.objective") or self.method_name)
 
     def method_param(self, key: str, default: Any = None) -> Any:
         """A parameter of the run's method: config `method.<objective>.<key>`."""

@@ -61,9 +61,11 @@ class MethodConfig:
                 "norm_length": norm_length}
 
     def to_container(self) -> dict[str, Any]:
-        """The `method:` section as written in config.yaml: shared keys, then method.<objective>."""
+        """The `method:` section as written in config.yaml: shared keys, method.<objective>,
+        then the method's traits (for analysis; derived, so never read back)."""
         out = {k: getattr(self, k) for k in SHARED_METHOD_KEYS}
         out[self.objective] = dataclasses.asdict(self.params)
+        out["traits"] = METHODS[self.objective].traits.to_config()
         return out
 
 
@@ -229,6 +231,7 @@ def _split_method(raw: dict) -> tuple[dict, Any]:
              f"must be one of {sorted(METHODS)}, got {objective!r}")
     params_cls = METHODS[objective].Params
     section = None
+    method.pop("traits", None)  # written with the config for analysis, derived from the objective
     for key in [k for k in method if k not in SHARED_METHOD_KEYS]:
         value = method.pop(key)
         if key == objective:

@@ -8,11 +8,13 @@ so a run dir means the same to all of them. Plain Python only: no torch and no H
 - the step record's keys derived from them (every state's share is averaged per step);
 - the keys that change no number, and config sections added after runs were committed;
 - the legacy `method:` layout and how to read it as today's;
+- a method's traits, the part of it that analysis reads (written as `method.traits`);
 - meta.json, as every engine writes it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import subprocess
 from dataclasses import dataclass
@@ -72,6 +74,7 @@ NON_NUMERIC_KEYS = (
     "checkpoint.every",
     "checkpoint.keep",
     "checkpoint.keep_final",
+    "method.traits",  # derived from method.objective (MethodTraits below)
 )
 # Sections added to config.yaml after runs were committed, with the values those runs
 # used: a config.yaml without the section was made with these (a test keeps them equal to
@@ -92,6 +95,34 @@ LEGACY_METHOD_PARAMS = {
     "bapo": {"dual_clip_c": "dual_clip_c"},  # and everything under the old method.bapo
 }
 SHARED_METHOD_KEYS = ("name", "objective", "aggregation")
+
+
+@dataclass(frozen=True)
+class MethodTraits:
+    """What analysis needs to know of a method, so it never compares method names.
+
+    Each method declares its own (`Method.traits`, src/algorithms/methods/); config.yaml
+    holds them as `method.traits`. Runs written before that get them from the registry by
+    their objective (analysis/loader.py). The record keys name numbers of the method's
+    per-update decision (None: it logs none).
+    """
+
+    adaptive_bounds: bool = False  # c_low/c_high are decided per update, not parameters
+    target: str | None = None  # the parameter the decision aims at (drawn as a target line)
+    measure: str | None = None  # record key: the targeted quantity at the chosen bounds
+    measure_at_start: str | None = None  # record key: the same at the start bounds
+    moved: str | None = None  # record key: steps the bounds moved from the start (0: none)
+    reached: str | None = None  # record key: the target was met (all micro-batches met it)
+    undefined: str | None = None  # record key: nothing to decide on (any micro-batch)
+
+    @classmethod
+    def from_config(cls, stored: dict) -> MethodTraits:
+        """Traits as config.yaml holds them; keys this version does not know are left out."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in stored.items() if k in known})
+
+    def to_config(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 def is_non_numeric(key: str) -> bool:

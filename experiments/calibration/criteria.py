@@ -28,6 +28,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 from analysis.search_outcomes import outcome  # noqa: E402
 from analysis.stats import fmt_ci, mean_ci  # noqa: E402
 from experiments.calibration.summarize import run_summary  # noqa: E402
+from src.algorithms import METHODS  # noqa: E402 - bapo's traits name its search records
 
 GAIN_TARGET, CLIP_TARGET, MOVED_TARGET, MIN_EVAL = 0.15, 0.01, 0.20, 256
 
@@ -107,7 +108,7 @@ def criterion_c(runs: Path) -> list[str]:
         u = stale_updates(seeds(runs, f"staleness_{k}x", "bapo"))
         if u.empty:
             continue
-        shares = outcome(u).value_counts(normalize=True)
+        shares = outcome(u, METHODS["bapo"].traits).value_counts(normalize=True)
         moved = float(shares.get("moved, reached", 0.0))
         rest = ", ".join(f"{o} {float(shares.get(o, 0.0)):.1%}"
                          for o in ("at start", "not reached", "undefined"))

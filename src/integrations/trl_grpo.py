@@ -420,7 +420,7 @@ class ProjectGRPOTrainer(GRPOTrainer):
         self._micro = []
         done = self.state.global_step  # already counts this update
         index = (done - 1) % self.updates_per_rollout
-        record = combine_records(records)
+        record = combine_records(records, self.objective.traits)
         gn = self._last_grad_norm
         record.update(step=self._rollout_step, update=index, global_update=done - 1,
                       policy_lag=index, grad_norm=gn if gn is not None and math.isfinite(gn) else None,

@@ -16,6 +16,9 @@ A method is one class in one module of this package (registered with `@register`
   states and weights; the shared `loss()` validates the inputs and aggregates J_t.
 - nothing about metrics: `src.algorithms.metrics` computes them once per update from the
   `PolicyLossOutput` of the whole mini-batch.
+- `traits` (`src.run_vocab.MethodTraits`): what analysis reads of the method (adaptive
+  bounds or not, the record keys of its decision); written into each run's config.yaml as
+  `method.traits`, so analysis never compares method names.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from torch import Tensor
 
 from src.algorithms._checks import as_bool_mask, broadcast_advantages, check_finite
 from src.algorithms.surrogate import aggregate, check_aggregation, loss_denominator
+from src.run_vocab import MethodTraits
 
 
 @dataclass
@@ -173,6 +177,7 @@ class Method:
     Params: ClassVar[type[MethodParams]]
     decides: ClassVar[bool] = False  # decide() reads the current policy's numbers
     needs_entropy: ClassVar[bool] = False  # decide() reads the current policy's entropies
+    traits: ClassVar[MethodTraits] = MethodTraits()  # what analysis reads of the method
 
     def __init__(self, params: MethodParams | None = None, *, aggregation: str = "token-mean",
                  norm_length: int | None = None):

@@ -24,6 +24,7 @@ from src.algorithms.methods._base import (
     register,
 )
 from src.algorithms.methods._clipped import DUAL_HELP, clipped_objective
+from src.run_vocab import MethodTraits
 
 SECTION = "paper section 5.1"
 
@@ -72,6 +73,9 @@ class Bapo(Method):
     name = "bapo"
     Params = BapoParams
     decides = True
+    traits = MethodTraits(adaptive_bounds=True, target="rho0", measure="rho",
+                          measure_at_start="rho_before", moved="bapo_steps",
+                          reached="bapo_reached", undefined="bapo_undefined")
 
     def __init__(self, params: BapoParams | None = None, **shared) -> None:
         super().__init__(params, **shared)
