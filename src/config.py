@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,9 @@ from src.schedule.sources import SOURCES
 from src.schedule.split import STALENESS_MODES, minibatch_size
 
 OPTIMIZERS = ("adamw", "sgd")
-MODEL_DTYPES = ("float32", "bfloat16", "float16")  # model.dtype; src/models/hf.py loads these
+# model.dtype's names, each with the short alias that the HF loader (src/models/hf.py) also
+# takes from library callers; config.yaml always holds the full name.
+MODEL_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 @dataclass
@@ -80,6 +83,12 @@ class MethodConfig:
         return out
 
 
+def _said(names: Iterable[str]) -> str:
+    """'a, b or c'."""
+    *rest, last = names
+    return f"{', '.join(rest)} or {last}" if rest else last
+
+
 @dataclass
 class ExperimentConfig:
     name: str = setting("staleness_1x", "label used in run dirs and figures")
@@ -92,7 +101,7 @@ class ModelConfig:
     kind: str = setting("tiny", "tiny (built and warm-started here) | hf (any HF causal LM)",
                         one_of(("tiny", "hf"), "tiny or hf"))
     path: str | None = setting(None, "hf: hub name or local path")
-    dtype: str = setting("float32", "weights' dtype", one_of(MODEL_DTYPES, "float32, bfloat16 or float16"))
+    dtype: str = setting("float32", "weights' dtype", one_of(MODEL_DTYPES, _said(MODEL_DTYPES)))
     autocast: str | None = setting(None, "bfloat16: bf16 matmuls, weights stay in `dtype` "
                                    "(src/models/precision.py)", one_of((None, "bfloat16"), "null or bfloat16"))
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass")
@@ -290,7 +299,7 @@ def _split_method(raw: dict) -> tuple[dict, Any]:
         key = getattr(e, "full_key", None) or "?"
         raise ConfigError(f"method.{objective}.{key}: {str(e).splitlines()[0]}") from None
     try:
-        params.validate()
+        params.checked()
     except ValueError as e:
         raise ConfigError(f"method.{objective}.{e}") from None
     return {**raw, "method": method}, params

@@ -43,6 +43,16 @@ class MethodParams:
     def validate(self) -> None:
         """Raise ValueError naming the first bad parameter (the message starts with it)."""
 
+    def checked(self) -> MethodParams:
+        """These parameters, validated once for their current values: a config's are checked
+        when it is read, and the methods built from them afterwards do not check them again
+        (a changed value is checked anew)."""
+        values = dataclasses.astuple(self)
+        if self.__dict__.get("_checked_values") != values:
+            self.validate()
+            self.__dict__["_checked_values"] = values
+        return self
+
     @classmethod
     def help(cls) -> dict[str, str]:
         """Parameter -> help text, with the source of its default when the field names one."""
@@ -184,7 +194,7 @@ class Method:
         params = self.Params() if params is None else params
         if not isinstance(params, self.Params):
             raise TypeError(f"{self.name} takes {self.Params.__name__}, got {type(params).__name__}")
-        params.validate()
+        params.checked()
         check_aggregation(aggregation)
         self.params, self.aggregation, self.norm_length = params, aggregation, norm_length
 

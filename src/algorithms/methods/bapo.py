@@ -54,13 +54,13 @@ class BapoParams(MethodParams):
 
     @property
     def grid(self) -> search.BapoGrid:
-        """The search these parameters describe (checked when it is made)."""
-        return search.grid_from(self)
+        """The search these parameters describe, made (and so checked) once per values."""
+        return self.checked().__dict__["_grid"]
 
     def validate(self) -> None:
         check_bounds(self.low_start, self.high_start, name="low_start")
         check_dual_clip(self.dual_clip_c)
-        search.grid_from(self)  # a BapoGrid checks itself when it is made
+        self.__dict__["_grid"] = search.grid_from(self)  # a BapoGrid checks itself when made
         check_in("weights", self.weights, ("uniform", "rollout_prob"))
         if self.search not in ("fast", "reference"):
             raise ValueError(f"search must be 'fast' or 'reference', got {self.search!r}")
