@@ -490,9 +490,14 @@ def register_defaults() -> None:
     """
     from hydra.core.config_store import ConfigStore
 
+    from src.run_dir import OVERRIDE_TAG_EXCLUDES
+
     defaults = to_container(Config())
     del defaults["method"]
-    ConfigStore.instance().store(name=DEFAULTS_NODE, node=defaults)
+    # The run-dir tag leaves out the keys that change no number (src/run_vocab.py).
+    tag = {"override_dirname": {"exclude_keys": list(OVERRIDE_TAG_EXCLUDES)}}
+    ConfigStore.instance().store(name=DEFAULTS_NODE,
+                                 node={**defaults, "hydra": {"job": {"config": tag}}})
 
 
 def settings_help() -> str:

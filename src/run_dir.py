@@ -19,11 +19,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from src.run_vocab import flatten, is_non_numeric, upgrade_config
+from src.run_vocab import NON_NUMERIC_KEYS, flatten, is_non_numeric, upgrade_config
 
 LEADING_KEYS = ("method.name", "method.objective", "experiment.name", "task.name", "model.name")
 # The parts of the path itself: never repeated in the tag.
 PATH_KEYS = ("experiment", "method", "seed")
+# What the tag leaves out (Hydra's exclude_keys, set by src/config.py register_defaults):
+# the path's keys, the keys that change no number, and `logger`, the group choice (local
+# and wandb differ only in keys that change no number).
+OVERRIDE_TAG_EXCLUDES = (*PATH_KEYS, "logger", *NON_NUMERIC_KEYS)
 MAX_TAG_CHARS = 80
 _SAFE_TAG = re.compile(r"[A-Za-z0-9._,=+-]+")
 _ABSENT = "<absent>"
