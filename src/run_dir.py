@@ -4,7 +4,7 @@ Two layers keep runs from colliding:
 
 - the dir name: `runs/<experiment>/<method>/[<tag>/]seed<N>`, where the tag lists the
   command-line overrides that can change the numbers (Hydra's `hydra.job.override_dirname`,
-  with the keys below excluded in conf/config.yaml), or is a short hash of them when the
+  without `OVERRIDE_TAG_EXCLUDES`), or is a short hash of them when the
   list is long or holds characters a dir name should not (the full list is in meta.json);
 - the config itself: before a run dir is skipped or resumed, the config it was made with
   (its config.yaml) is compared with this run's, ignoring the keys that change no number

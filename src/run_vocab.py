@@ -59,9 +59,9 @@ STEP_SUM_LIST_KEYS = ("ratio_hist_pos", "ratio_hist_neg")
 STEP_MAX_KEYS = ("policy_lag_max", "behav_weight_max", "version_span_max")
 
 # Config keys (and everything under them) that change no number a run computes: where it
-# runs from, how it is displayed and logged, and what it keeps on disk. The run-dir tag,
-# the config comparison and analysis's cells all ignore them; conf/config.yaml's
-# exclude_keys must list them too (a test checks: Hydra reads that list before any code).
+# runs from, how it is displayed and logged, and what it keeps on disk. The run-dir tag
+# (Hydra's exclude_keys, src/run_dir.py), the config comparison and analysis's cells all
+# ignore them.
 NON_NUMERIC_KEYS = (
     "resume",
     "overwrite",
