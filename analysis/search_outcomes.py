@@ -62,7 +62,9 @@ def search_outcomes(runs: RunSet) -> pd.DataFrame:
         by_traits.setdefault(run.traits, set()).add(run.run_id)
     parts = [outcome_table(runs.updates, ids, traits) for traits, ids in by_traits.items()]
     parts = [p for p in parts if not p.empty]
-    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts[0] if parts else pd.DataFrame())
+    if len(parts) == 1:  # every method that searches logs the same keys (today: bapo's)
+        return parts[0]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def outcome_table(u: pd.DataFrame, ids: set[str], traits: MethodTraits) -> pd.DataFrame:
