@@ -22,44 +22,11 @@ import re
 from collections import defaultdict
 from typing import Any
 
-# The keys that change no number (src/run_dir.py NON_NUMERIC_KEYS; a test keeps the two
-# equal, as analysis/ reads the run-dir format only and imports nothing from src/).
-NON_NUMERIC_KEYS = (
-    "resume",
-    "overwrite",
-    "cache_dir",
-    "experiment.description",
-    "logger.backend",
-    "logger.project",
-    "logger.mode",
-    "logger.progress",
-    "checkpoint.every",
-    "checkpoint.keep",
-    "checkpoint.keep_final",
-)
+from src.run_vocab import ADDED_SECTIONS, NON_NUMERIC_KEYS, flatten
+
 # What a comparison varies inside one suite.
 COMPARED = ("method", "experiment.name", "train.staleness")
 MAX_SHOWN_KEYS = 3
-
-
-# Sections added to config.yaml after runs were committed, with the values those runs used:
-# `numeric_config` leaves these keys out where they hold these values, so an old run and
-# a new one of the same setting are one cell. The same map as src/run_dir.py's
-# ADDED_SECTIONS (a test keeps the two equal).
-ADDED_SECTIONS = {
-    "offpolicy": {"source": "fresh", "anchor": "coupled", "weight_cap": 2.0, "delay": None,
-                  "replay_capacity": None, "replay_draws": None, "token_budget": None,
-                  "mask_stale_prefix": None},
-}
-
-
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict) and node:
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: node}
 
 
 def _under(key: str, prefixes: tuple[str, ...]) -> bool:

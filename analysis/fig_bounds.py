@@ -21,7 +21,7 @@ from analysis.plotting import (
     stx,
     suptitle,
 )
-from analysis.search_outcomes import OUTCOMES, is_bapo, outcome, outcome_table
+from analysis.search_outcomes import OUTCOMES, outcome, search_outcomes, searches_bounds
 
 RANGE_KEYS = ("low_start", "low_max", "high_start", "high_max")
 # docs/methods.md: the paper reports c_high settling at ~1.9-2.2 and c_low near 0.7.
@@ -43,25 +43,28 @@ OUTCOME_LABELS = {
 
 def bound_ranges(runs: list[Run]) -> pd.DataFrame:
     """Distinct movable ranges [start, max] of c_low and c_high found in the configs."""
-    rows = [{k: r.cfg(f"method.bapo.{k}") for k in RANGE_KEYS} for r in runs]
+    rows = [{k: r.method_param(k) for k in RANGE_KEYS} for r in runs]
     df = pd.DataFrame(rows, columns=list(RANGE_KEYS)).dropna().drop_duplicates()
     return df.astype(float).reset_index(drop=True)
 
 
-def outcomes_by_step(updates: pd.DataFrame, ids: set[str]) -> pd.DataFrame:
+def outcomes_by_step(updates: pd.DataFrame, chosen: list[Run]) -> pd.DataFrame:
     """Per (method, staleness, step): the share of each search outcome over the stale
-    updates (1..k-1; at 1x, update 0) of every seed, and their count n."""
+    updates (1..k-1; at 1x, update 0) of every seed, and their count n. `chosen`: the runs
+    whose method searches its bounds (their traits name the record keys)."""
     cols = ["method", "staleness", "step", "n", *OUTCOMES]
-    need = {"bapo_steps", "bapo_reached"}
-    if updates.empty or not need <= set(updates.columns):
+    traits = {r.run_id: r.traits for r in chosen}
+    need = {k for tr in traits.values() for k in (tr.moved, tr.reached)}
+    if updates.empty or not traits or None in need or not need <= set(updates.columns):
         return pd.DataFrame(columns=cols)
-    u = updates[updates["run_id"].isin(ids)].copy()
+    u = updates[updates["run_id"].isin(set(traits))].copy()
     if "skipped" in u:
         u = u[~u["skipped"].astype("boolean").fillna(False).astype(bool)]
     u = u[(u["update"] > 0) | (u["staleness"] == 1)]
     if u.empty:
         return pd.DataFrame(columns=cols)
-    u["outcome"] = outcome(u)
+    u["outcome"] = pd.concat([outcome(g, traits[rid])
+                              for rid, g in u.groupby("run_id", observed=True)])
     keys = ["method", "staleness", "step"]
     shares = pd.crosstab([u[k] for k in keys], u["outcome"], normalize="index")
     out = shares.reindex(columns=list(OUTCOMES), fill_value=0.0)
@@ -80,10 +83,9 @@ def grid_text(runs: list[Run]) -> str:
 
 
 def fig08_bapo_bounds(runs: RunSet, opts: Options) -> FigureResult:
-    chosen = runs.select(is_bapo)
-    require(bool(chosen), "no bapo runs (method.objective bapo)")
-    ids = {r.run_id for r in chosen}
-    per_step = outcomes_by_step(runs.updates, ids)
+    chosen = runs.select(searches_bounds)
+    require(bool(chosen), "no bapo runs (no method with adaptive bounds)")
+    per_step = outcomes_by_step(runs.updates, chosen)
     require(not per_step.empty, "no bapo_steps/bapo_reached in update records")
     order = style.method_order(per_step["method"].unique())
     cells = sorted({(m, int(k)) for m, k in zip(per_step["method"], per_step["staleness"],
@@ -119,4 +121,4 @@ def fig08_bapo_bounds(runs: RunSet, opts: Options) -> FigureResult:
     fig.tight_layout(rect=(0, 0.55 / fig.get_figheight(), 1, 1))
     name = "fig08_bapo_bounds"
     return FigureResult(name, save(fig, name, opts), per_step,
-                        {"ranges": bound_ranges(chosen), "outcomes": outcome_table(runs.updates, ids)})
+                        {"ranges": bound_ranges(chosen), "outcomes": search_outcomes(runs)})

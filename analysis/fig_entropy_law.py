@@ -31,7 +31,7 @@ AGREE_SHADE = "#2ca02c"
 def panel_title(runs: RunSet, method: str, k: int) -> str:
     """'ppo 4x, clip [0.8, 1.2]'; bapo's bounds move, and at 1x no bound ever binds."""
     (run,) = runs.select(lambda r: r.method == method and r.staleness == k)[:1]
-    if run.cfg("method.objective") == "bapo":
+    if run.traits.adaptive_bounds:
         bounds = "adaptive bounds"
     else:
         lo, hi = run.method_param("c_low"), run.method_param("c_high")

@@ -19,7 +19,7 @@ from analysis import style
 from analysis.plotting import FigureResult, Options, require, save
 from analysis.search_outcomes import outcome
 from analysis.stats import mean_ci
-from src.algorithms.drift import RATIO_BIN_EDGES
+from src.run_vocab import RATIO_BIN_EDGES, MethodTraits
 
 TRAINING_METRICS = {
     "reward_mean": "training reward",
@@ -29,7 +29,7 @@ TRAINING_METRICS = {
 }
 OUTCOME_COLOURS = {"at start": "#9e9e9e", "moved, reached": "#2e7d32",
                    "not reached": "#c62828", "undefined": "#000000"}
-BIN_LABELS = ["≤0.2", *[f"{a:g}-{b:g}" for a, b in zip(RATIO_BIN_EDGES, RATIO_BIN_EDGES[1:])],
+BIN_LABELS = ["≤0.2", *[f"{a:g}-{b:g}" for a, b in zip(RATIO_BIN_EDGES, RATIO_BIN_EDGES[1:], strict=False)],
               f">{RATIO_BIN_EDGES[-1]:g}"]
 FOREST_METRICS = {
     "final_greedy_acc": "final greedy accuracy",
@@ -137,13 +137,15 @@ def fig_lag_ratios(updates: pd.DataFrame, opts: Options, note: str = "") -> Figu
     return FigureResult("lag_ratios", save(fig, "lag_ratios", opts), d)
 
 
-def search_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
+def search_by_lag(updates: pd.DataFrame, traits: dict[str, MethodTraits]) -> pd.DataFrame:
     """Per (method, lag): the share of each search outcome, the share of updates whose
     positive share before the search was below the method's target, and the mean bounds of
     the updates where the search moved and reached its target (an update that cannot reach
-    it ends at the grid maximum by construction)."""
+    it ends at the grid maximum by construction). `traits`: run_id -> the method's traits,
+    which name the search's record keys."""
     rows = []
-    u = updates.assign(outcome=outcome(updates))
+    u = updates.assign(outcome=pd.concat([outcome(g, traits[rid]) for rid, g in
+                                          updates.groupby("run_id", observed=True)]))
     for (method, lag), g in u.groupby(["method", "lag"], observed=True, sort=False):
         shares = g["outcome"].value_counts(normalize=True)
         moved = g[g["outcome"] == "moved, reached"]
@@ -161,11 +163,12 @@ def search_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def fig_lag_bapo(updates: pd.DataFrame, opts: Options, note: str = "") -> FigureResult:
-    """`updates`: steady update records of bapo-objective runs, with `lag`, `lag_low`,
-    `method` and `rho0` (the method's target share) columns."""
+def fig_lag_bapo(updates: pd.DataFrame, traits: dict[str, MethodTraits], opts: Options,
+                 note: str = "") -> FigureResult:
+    """`updates`: steady update records of the runs whose method searches its bounds, with
+    `lag`, `lag_low`, `method` and `rho0` (the method's target share) columns."""
     require(not updates.empty, "no bapo runs with a lag")
-    table = search_by_lag(updates)
+    table = search_by_lag(updates, traits)
     order = _lag_order(table["lag"], table["lag_low"])
     methods = style.method_order(table["method"].unique())
     cells = [(m, lag) for lag in order for m in methods
@@ -214,7 +217,7 @@ def fig_lag_bapo(updates: pd.DataFrame, opts: Options, note: str = "") -> Figure
     return FigureResult("lag_bapo", save(fig, "lag_bapo", opts), table)
 
 
-def paired_rows(summary: pd.DataFrame, reference: str = "ppo") -> pd.DataFrame:
+def paired_rows(summary: pd.DataFrame, reference: str = style.BASELINE) -> pd.DataFrame:
     """Per (lag, method != reference, metric): the per-seed differences method - reference
     over the seeds both ran, their mean and 95% t-interval."""
     rows = []
@@ -268,7 +271,7 @@ ANCHOR_STYLE = {"coupled": ("#c62828", "o"), "recompute": ("#1565c0", "s"),
 def corrections_table(summary: pd.DataFrame, metric: str = "final_greedy_acc") -> pd.DataFrame:
     """ppo per (lag, anchor): mean and 95% t-interval of `metric` over seeds (AReaL's
     Table 3 layout: one row per correction, one column per lag)."""
-    d = summary[(summary["method"] == "ppo") & (summary["source"] == "delay")]
+    d = summary[(summary["method"] == style.BASELINE) & (summary["source"] == "delay")]
     rows = []
     for (lag, anchor), g in d.groupby(["lag", "anchor"], sort=False):
         m, lo, hi, n = mean_ci(g[metric])

@@ -10,7 +10,7 @@ import pandas as pd
 from analysis import style
 from analysis.loader import RUN_COLS, RunSet
 from analysis.plotting import FigureResult, Options, grid, require, save, stx, suptitle
-from analysis.search_outcomes import is_bapo
+from analysis.search_outcomes import searches_bounds
 
 NAME = "fig_bapo_rho_before"
 BINS = np.linspace(0.0, 1.0, 41)
@@ -22,11 +22,12 @@ def rho_before_rows(runs: RunSet) -> pd.DataFrame:
     rho_before, rho_after (at the bounds the search ended on), the run's rho0, and whether
     rho_before is below rho0 (the search acts)."""
     cols = [*RUN_COLS, "step", "update", "rho_before", "rho_after", "rho0", "below_rho0"]
-    chosen = runs.select(is_bapo)
+    chosen = runs.select(searches_bounds)
     u = runs.updates
-    if not chosen or u.empty or "rho_before" not in u.columns:
-        return pd.DataFrame(columns=cols)
-    rho0 = {r.run_id: r.cfg("method.bapo.rho0") for r in chosen}
+    keys = {(r.traits.measure_at_start, r.traits.measure) for r in chosen}
+    if not chosen or u.empty or keys != {("rho_before", "rho")} or "rho_before" not in u.columns:
+        return pd.DataFrame(columns=cols)  # (a method searching on another measure: not this figure)
+    rho0 = {r.run_id: r.method_param(r.traits.target) for r in chosen}
     u = u[u["run_id"].isin(rho0)].copy()
     if "skipped" in u:
         u = u[~u["skipped"].astype("boolean").fillna(False).astype(bool)]

@@ -12,7 +12,7 @@ import pandas as pd
 import seaborn as sns
 
 from analysis import style
-from analysis.loader import NO_GRADIENT_STATES, RUN_COLS, Run, RunSet
+from analysis.loader import RUN_COLS, Run, RunSet
 from analysis.plotting import (
     FigureResult,
     Options,
@@ -25,8 +25,9 @@ from analysis.plotting import (
     stx,
     suptitle,
 )
+from src.run_vocab import NO_GRADIENT_STATES
 
-BASE = "ppo"
+BASE = style.BASELINE
 SIGN_COLORS = {"A>0": "#009E73", "A<0": "#CC79A7"}  # Okabe-Ito; no method uses them
 RATIO_EDGES = [0.0, 0.6, 0.8, 1.0, 1.2, 1.4, 2.0, math.inf]
 RATIO_LABELS = ["<0.6", "0.6-0.8", "0.8-1.0", "1.0-1.2", "1.2-1.4", "1.4-2.0", ">=2.0"]
@@ -166,7 +167,7 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
         d["near_one_share"] = near_one
         d["stale_tokens"] = len(ratio)
         d["c_low"], d["c_high"] = mruns[0].method_param("c_low"), mruns[0].method_param("c_high")
-        d["objective"] = mruns[0].cfg("method.objective")
+        d["adaptive_bounds"] = mruns[0].traits.adaptive_bounds
         panels.append(d)
     require(bool(panels), "token parts of the chosen runs could not be read")
     data = pd.concat(panels, ignore_index=True)
@@ -187,7 +188,7 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
         for mask, marker in ((~outside, "o"), (outside, ">")):
             ax.scatter(x[mask], o["prob"][mask], c=o["entropy"][mask], cmap="viridis", norm=norm,
                        s=5, marker=marker, linewidths=0, alpha=0.6, rasterized=True)
-        fixed = d["objective"].iat[0] != "bapo" and d["c_low"].notna().iat[0]
+        fixed = not d["adaptive_bounds"].iat[0] and d["c_low"].notna().iat[0]
         if fixed and d["c_high"].notna().iat[0]:  # a fixed token-ratio clip: where it cuts
             for bound in (d["c_low"].iat[0], d["c_high"].iat[0]):
                 ax.axvline(bound, color="#D55E00", lw=0.8, ls="--")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from analysis import style
 from analysis.loader import RunSet
 from analysis.plotting import (
     STEP_AXIS,
@@ -20,7 +21,7 @@ from analysis.plotting import (
     suptitle,
 )
 
-BASE = "ppo"  # the paper's GRPO baseline
+BASE, PROPOSED = style.BASELINE, style.PROPOSED  # Fig 9 compares the two by name
 # The paper's Fig. 4 and Fig. 9 readings (docs/methods.md): the negative tokens' share of
 # ppo's loss contribution off-policy, and BAPO's positive share.
 PAPER_NEG_CONTRIB = (0.55, 0.65)
@@ -175,13 +176,14 @@ FIG9_PANELS = [
 def fig09_bapo_vs_ppo(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 9: bapo vs ppo, one column per staleness both were run at, one row per metric;
     the positive-contribution row marks bapo's target rho0."""
-    by = {m: set(_levels(runs, m)) for m in ("bapo", BASE)}
-    both = sorted(by["bapo"] & by[BASE])
-    require(bool(both), f"no staleness with both 'bapo' and '{BASE}' runs")
+    by = {m: set(_levels(runs, m)) for m in (PROPOSED, BASE)}
+    both = sorted(by[PROPOSED] & by[BASE])
+    require(bool(both), f"no staleness with both '{PROPOSED}' and '{BASE}' runs")
     require_learning(runs)
-    curves = _curves_of(runs, {"bapo", BASE}, [p[0] for p in FIG9_PANELS], opts, set(both))
-    rho0 = sorted({r.cfg("method.bapo.rho0") for r in runs.runs
-                   if r.method_name == "bapo" and r.cfg("method.bapo.rho0") is not None})
+    curves = _curves_of(runs, {PROPOSED, BASE}, [p[0] for p in FIG9_PANELS], opts, set(both))
+    rho0 = sorted({r.method_param(r.traits.target) for r in runs.runs
+                   if r.method_name == PROPOSED and r.traits.target is not None
+                   and r.method_param(r.traits.target) is not None})
     nrows, ncols = len(FIG9_PANELS), len(both)
     fig, axes = plt.subplots(nrows, ncols, figsize=(2.9 * ncols + 1.2, 2.1 * nrows),
                              squeeze=False, sharex=True, sharey="row")

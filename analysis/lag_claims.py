@@ -12,6 +12,7 @@ from dataclasses import asdict
 import pandas as pd
 
 from analysis.paired import UP
+from analysis.style import BASELINE, PROPOSED
 from analysis.verdicts import Claim, directed, paired
 
 # A run whose held-out accuracy stays within this of on-policy training "matches" it
@@ -20,6 +21,8 @@ MATCH_MARGIN = 0.05
 # "Keeps" the share: at least this share of updates end at rho >= rho0 (the search can
 # fail only where no bounds in its grid reach rho0).
 KEEP_SHARE = 0.95
+# The peers the claims name beside the paper's baseline and proposed method (analysis/style.py).
+CLIP_HIGHER, LARGE_LAG_PEER = "clip_higher", "m2po"
 
 
 def _cell(s: pd.DataFrame, method: str, lag: str, anchor: str = "coupled") -> pd.DataFrame:
@@ -32,7 +35,7 @@ def _by_seed(cell: pd.DataFrame, col: str) -> pd.Series:
 
 def binding_lags(s: pd.DataFrame) -> list[str]:
     """Lags past the paper's staleness (delay queue) that ppo ran at, smallest first."""
-    d = s[(s["source"] == "delay") & (s["method"] == "ppo")]
+    d = s[(s["source"] == "delay") & (s["method"] == BASELINE)]
     return list(d.sort_values("lag_low")["lag"].drop_duplicates())
 
 
@@ -61,23 +64,23 @@ def lag_claims(s: pd.DataFrame, updates: pd.DataFrame) -> pd.DataFrame:
     for lag in lags:
         rows.append(_compare(
             f"bapo beats ppo where the clip binds (lag {lag})",
-            "4x AIME24: bapo 62.0 vs ppo 54.2 (Fig. 11)", s, ("bapo", lag, "coupled"),
-            ("ppo", lag, "coupled"), "final_greedy_acc", UP, "lag grid"))
+            "4x AIME24: bapo 62.0 vs ppo 54.2 (Fig. 11)", s, (PROPOSED, lag, "coupled"),
+            (BASELINE, lag, "coupled"), "final_greedy_acc", UP, "lag grid"))
         rows.append(_compare(
             f"bapo beats clip_higher where the clip binds (lag {lag})",
-            "4x AIME24: bapo 62.0 vs clip-higher 59.2 (Fig. 11)", s, ("bapo", lag, "coupled"),
-            ("clip_higher", lag, "coupled"), "final_greedy_acc", UP, "lag grid"))
+            "4x AIME24: bapo 62.0 vs clip-higher 59.2 (Fig. 11)", s, (PROPOSED, lag, "coupled"),
+            (CLIP_HIGHER, lag, "coupled"), "final_greedy_acc", UP, "lag grid"))
         rows.append(_compare(
             f"raising c_high slows the entropy drop (clip_higher vs ppo, lag {lag})",
             "entropy stays higher with clip-higher (Sec. 3, Fig. 3)", s,
-            ("clip_higher", lag, "coupled"), ("ppo", lag, "coupled"), "entropy_drift", UP,
+            (CLIP_HIGHER, lag, "coupled"), (BASELINE, lag, "coupled"), "entropy_drift", UP,
             "lag grid"))
         rows.append(_share_claim(updates, lag))
     for lag in lags:
         rows.append(_compare(
             f"decoupled beats naive (coupled) ppo at lag {lag}",
             "AReaL Table 3: naive degrades with staleness, decoupled stays near on-policy", s,
-            ("ppo", lag, "decoupled"), ("ppo", lag, "coupled"), "final_greedy_acc", UP,
+            (BASELINE, lag, "decoupled"), (BASELINE, lag, "coupled"), "final_greedy_acc", UP,
             "corrections"))
     rows.append(_m2po_claim(s))
     return pd.DataFrame([asdict(c) for c in rows])
@@ -91,7 +94,7 @@ def _share_claim(updates: pd.DataFrame, lag: str) -> Claim:
               "every update: the search widens the bounds until rho >= rho0 (Alg. 1); "
               "positive contribution 0.43-0.46 (Fig. 9)",
               f"per-seed share of updates ending at rho >= 0.4, interval above {KEEP_SHARE}")
-    u = updates if updates.empty else updates[(updates["method"] == "bapo")
+    u = updates if updates.empty else updates[(updates["method"] == PROPOSED)
                                               & (updates["lag"] == lag)]
     if u.empty:
         c.note = "sweep `lag grid` has not run bapo at this lag yet"
@@ -112,8 +115,8 @@ def _m2po_claim(s: pd.DataFrame) -> Claim:
     c = Claim("m2po at the largest lag matches on-policy ppo",
               "M2PO: at 256 stale updates, accuracy matches on-policy training",
               f"paired final greedy accuracy difference > -{MATCH_MARGIN}")
-    on = s[(s["method"] == "ppo") & (s["lag"] == "0")]
-    m2 = s[s["method"] == "m2po"]
+    on = s[(s["method"] == BASELINE) & (s["lag"] == "0")]
+    m2 = s[s["method"] == LARGE_LAG_PEER]
     if m2.empty or on.empty:
         c.note = "sweep `large_lag` has not run yet" if m2.empty else "no on-policy ppo control"
         return c

@@ -43,7 +43,7 @@ from analysis.lag_runs import (  # noqa: E402
 from analysis.loader import RunSet, load_runs  # noqa: E402
 from analysis.plotting import Options, SkipFigure  # noqa: E402
 from analysis.report import md_table, verdict_counts  # noqa: E402
-from analysis.search_outcomes import is_bapo  # noqa: E402
+from analysis.search_outcomes import searches_bounds  # noqa: E402
 from analysis.stats import fmt_ci  # noqa: E402
 
 DEFAULT_RUNS = REPO / "experiments" / "lag_results"
@@ -64,7 +64,7 @@ def ppo_by_lag(runs: RunSet, pilots: RunSet | None) -> tuple[pd.DataFrame, pd.Da
     (lag, seed) only where the sweeps have no run."""
     def pick(rs: RunSet) -> pd.DataFrame:
         t = lag_table(rs)
-        return t[(t["method"] == "ppo") & (t["anchor"] == "coupled")
+        return t[(t["method"] == style.BASELINE) & (t["anchor"] == "coupled")
                  & t["source"].isin(["fresh", "delay"])]
 
     main = pick(runs)
@@ -84,11 +84,12 @@ def ppo_by_lag(runs: RunSet, pilots: RunSet | None) -> tuple[pd.DataFrame, pd.Da
 
 
 def bapo_updates(runs: RunSet) -> pd.DataFrame:
-    """Steady updates of the bapo-objective runs with a config lag, with `rho0`."""
-    u = steady_updates(runs.subset(is_bapo))
+    """Steady updates of the runs whose method searches its bounds, with `rho0` (the
+    parameter its traits name as the target)."""
+    u = steady_updates(runs.subset(searches_bounds))
     if u.empty:
         return u
-    rho0 = {r.run_id: r.method_param("rho0") for r in runs.select(is_bapo)}
+    rho0 = {r.run_id: r.method_param(r.traits.target) for r in runs.select(searches_bounds)}
     return u.assign(rho0=u["run_id"].map(rho0))
 
 
@@ -116,7 +117,7 @@ def write(runs: RunSet, pilots: RunSet | None, opts: Options) -> Path:
     figures, skipped = [], []
     for make in (lambda: fig_lag_training(steps, lags, opts, note),
                  lambda: fig_lag_ratios(ppo_updates, opts, note),
-                 lambda: fig_lag_bapo(bapo, opts),
+                 lambda: fig_lag_bapo(bapo, {r.run_id: r.traits for r in runs.runs}, opts),
                  lambda: fig_lag_forest(s[s["anchor"] == "coupled"], opts),
                  lambda: fig_lag_corrections(s, opts, _on_policy(s))):
         try:
@@ -146,7 +147,7 @@ def positive_share_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
 
 
 def _on_policy(s: pd.DataFrame) -> float | None:
-    on = s[(s["method"] == "ppo") & (s["lag"] == "0") & (s["anchor"] == "coupled")]
+    on = s[(s["method"] == style.BASELINE) & (s["lag"] == "0") & (s["anchor"] == "coupled")]
     return float(on["final_greedy_acc"].mean()) if len(on) else None
 
 

@@ -9,6 +9,7 @@ and per figure, with only the columns the figure asks for.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from analysis.cells import Grouping, cell_key
+from src.run_vocab import MethodTraits, upgrade_method_layout
 
 # `suite` and `method` as analysis/cells.py assigns them: `method` is the label shown (the
 # method's name, plus its differing parameters when a suite holds several variants).
@@ -50,36 +52,16 @@ _PART_RE = re.compile(r"step_(\d+)")
 _DICT_COLS = ["clip_state"]
 _PARQUET = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=_DICT_COLS))
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-# Token clip states whose token got no gradient (src/algorithms/surrogate.py NO_GRADIENT;
-# a test keeps the two equal). Other states keep a gradient, changed (cispo, kl_cov) or not.
-NO_GRADIENT_STATES = ("clip_low", "clip_high", "dual", "masked")
-# Before each method owned its parameters, config.yaml kept them flat under `method:`
-# (method.c_low, method.q, method.entropy_scope, method.bapo.*). Old layout -> today's
-# `method.<objective>.<param>`, per objective, so old and new runs of one method are one
-# cell. The same map as src/run_dir.py's (a test keeps the two equal).
-LEGACY_METHOD_PARAMS = {
-    "ppo": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c"},
-    "clip_higher": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c"},
-    "top_entropy": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c", "q": "q",
-                    "entropy_scope": "scope"},
-    "bapo": {"dual_clip_c": "dual_clip_c"},  # and everything under the old method.bapo
-}
 
 
-def upgrade_method_layout(cfg: dict[str, Any]) -> dict[str, Any]:
-    """`cfg` with an old-layout `method:` section (flat parameters) in today's layout."""
-    method = cfg.get("method")
-    if not isinstance(method, dict) or "c_low" not in method:
-        return cfg
-    objective = method.get("objective")
-    new = {k: method[k] for k in ("name", "objective", "aggregation") if k in method}
-    # bapo's own parameters already had their section, method.bapo
-    nested = method.get(objective)
-    section = dict(nested) if isinstance(nested, dict) else {}
-    section.update({new_key: method[old] for old, new_key in LEGACY_METHOD_PARAMS.get(objective, {}).items()
-                    if old in method})
-    new[objective] = section
-    return {**cfg, "method": new}
+@functools.cache
+def registry_traits(objective: str) -> MethodTraits:
+    """A method's traits from the method registry (it imports torch, so only when a run's
+    config lacks them); an objective the registry does not know has none."""
+    from src.algorithms import METHODS
+
+    method = METHODS.get(objective)
+    return method.traits if method is not None else MethodTraits()
 
 
 @dataclass
@@ -112,6 +94,15 @@ class Run:
     @property
     def last_step(self) -> int:
         return self.complete_steps[-1]
+
+    @property
+    def traits(self) -> MethodTraits:
+        """What the run's method is (adaptive bounds, the record keys of its decision): its
+        config's `method.traits`, or, for runs written before those, the registry's."""
+        stored = self.cfg("method.traits")
+        if isinstance(stored, dict):
+            return MethodTraits.from_config(stored)
+        return registry_traits(self.cfg("method.objective") or self.method_name)
 
     def method_param(self, key: str, default: Any = None) -> Any:
         """A parameter of the run's method: config `method.<objective>.<key>`."""

@@ -85,12 +85,12 @@ def control_runs(runs: RunSet, suite: str) -> tuple[list[Run], str]:
     """The 1x ppo control of `suite`: its own, or else that of a random-reward suite that
     differs from it only in staleness mode. Returns (runs, note on where they come from)."""
     own = runs.select(lambda r: r.suite == suite)
-    here = [r for r in own if r.method == "ppo" and r.staleness == 1]
+    here = [r for r in own if r.method == style.BASELINE and r.staleness == 1]
     if here or not own:
         return here, ""
     key = _setting(own[0])
     there = [r for r in runs.select(is_random_reward)
-             if r.method == "ppo" and r.staleness == 1 and _setting(r) == key]
+             if r.method == style.BASELINE and r.staleness == 1 and _setting(r) == key]
     note = (f"1x control from the {mode(there)}-mode runs: at 1x every staleness mode is the "
             "same update") if there else ""
     return there, note
@@ -109,7 +109,7 @@ def _experiments(runs: list[Run]) -> str:
 
 def _bounds(runs: list[Run]) -> str:
     run = runs[0]
-    if run.cfg("method.objective") == "bapo":
+    if run.traits.adaptive_bounds:
         return "adaptive bounds"
     lo, hi = run.method_param("c_low"), run.method_param("c_high")
     return f"[{lo:g}, {hi:g}]" if lo is not None and hi is not None else "no clip bounds"
@@ -163,7 +163,7 @@ def suite_claims(runs: RunSet, suite: str, last_k: int) -> pd.DataFrame:
             continue  # the control, above; or no direction of its own (see its ppo row)
         cell = of(method, k)
         words = _direction_words(direction)
-        if method == "ppo":
+        if method == style.BASELINE:
             title = (f"Symmetric clipping {_bounds(cell)} lowers entropy under random rewards "
                      f"(ppo at {k}x, {where})")
         else:

@@ -110,9 +110,9 @@ def claims_table(s: pd.DataFrame) -> pd.DataFrame:
         """The claim tested at each of `method`'s levels above 1x, then combined."""
         return across_levels(c, {k: test(replace(c), at(method, k), k) for k in stale(method)})
 
-    ppo_off = s[(s["method"] == "ppo") & (s["staleness"] > 1)]
-    bapo_off = s[(s["method"] == "bapo") & (s["staleness"] > 1)]
-    ppo = s[s["method"] == "ppo"]
+    ppo_off = s[(s["method"] == style.BASELINE) & (s["staleness"] > 1)]
+    bapo_off = s[(s["method"] == style.PROPOSED) & (s["staleness"] > 1)]
+    ppo = s[s["method"] == style.BASELINE]
     claims = [
         per_level(
             claim("Negative tokens carry most of the loss contribution (ppo, staleness > 1, Fig 4)",

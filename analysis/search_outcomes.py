@@ -2,8 +2,9 @@
 
 A step-mean of c_low/c_high (Fig 8) hides whether the search moved because clipping
 starved the positive tokens or because the mini-batch itself held too little positive
-advantage for any bounds to fix. This table counts, over the update records of
-bapo-objective runs, which of these happened:
+advantage for any bounds to fix. This table counts, over the update records of the runs
+whose method searches its bounds (`traits.adaptive_bounds`: bapo and its ablations), which
+of these happened:
 
 - at start: rho >= rho0 with the start bounds (no search step);
 - moved, reached: the search widened the bounds and reached rho0;
@@ -20,23 +21,28 @@ import numpy as np
 import pandas as pd
 
 from analysis.loader import Run, RunSet
+from src.run_vocab import MethodTraits
 
 
-def is_bapo(run: Run) -> bool:
-    # Ablations (bapo_official, bapo_value) share the objective; they count alongside.
-    return run.cfg("method.objective") == "bapo" or run.method_name.startswith("bapo")
+def searches_bounds(run: Run) -> bool:
+    """Runs whose method decides its bounds per update (bapo and its ablations)."""
+    return run.traits.adaptive_bounds
 
 
-NEEDED = ("bapo_steps", "bapo_reached", "rho_before", "rho", "c_low", "c_high")
 OUTCOMES = ("at start", "moved, reached", "not reached", "undefined")
 
 
-def outcome(updates: pd.DataFrame) -> pd.Series:
-    steps = pd.to_numeric(updates["bapo_steps"], errors="coerce").fillna(0)
-    reached = updates["bapo_reached"].astype("boolean").fillna(False).astype(bool)
+def needed(traits: MethodTraits) -> tuple[str | None, ...]:
+    """The update-record keys the table reads, as the method names them."""
+    return (traits.moved, traits.reached, traits.measure_at_start, traits.measure, "c_low", "c_high")
+
+
+def outcome(updates: pd.DataFrame, traits: MethodTraits) -> pd.Series:
+    steps = pd.to_numeric(updates[traits.moved], errors="coerce").fillna(0)
+    reached = updates[traits.reached].astype("boolean").fillna(False).astype(bool)
     undefined = (
-        updates["bapo_undefined"].astype("boolean").fillna(False).astype(bool)
-        if "bapo_undefined" in updates
+        updates[traits.undefined].astype("boolean").fillna(False).astype(bool)
+        if traits.undefined in updates
         else pd.Series(False, index=updates.index)
     )
     return pd.Series(
@@ -50,22 +56,30 @@ def outcome(updates: pd.DataFrame) -> pd.Series:
 
 
 def search_outcomes(runs: RunSet) -> pd.DataFrame:
-    return outcome_table(runs.updates, {r.run_id for r in runs.select(is_bapo)})
+    """The table over every run that searches its bounds, one part per set of traits."""
+    by_traits: dict[MethodTraits, set[str]] = {}
+    for run in runs.select(searches_bounds):
+        by_traits.setdefault(run.traits, set()).add(run.run_id)
+    parts = [outcome_table(runs.updates, ids, traits) for traits, ids in by_traits.items()]
+    parts = [p for p in parts if not p.empty]
+    if len(parts) == 1:  # every method that searches logs the same keys (today: bapo's)
+        return parts[0]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def outcome_table(u: pd.DataFrame, ids: set[str]) -> pd.DataFrame:
+def outcome_table(u: pd.DataFrame, ids: set[str], traits: MethodTraits) -> pd.DataFrame:
     """Per cell (suite, experiment, method, staleness) and update kind: share of each
     outcome, mean rho and bounds.
 
-    `u` holds update records with RUN_COLS; `ids` are the bapo-objective runs among them.
-    Empty when none of them logged the search fields.
+    `u` holds update records with RUN_COLS; `ids` are the runs among them whose method has
+    `traits` (adaptive bounds). Empty when none of them logged the search fields.
     """
-    if not ids or u.empty or not set(NEEDED) <= set(u.columns):
+    if not ids or u.empty or None in needed(traits) or not set(needed(traits)) <= set(u.columns):
         return pd.DataFrame()
     u = u[u["run_id"].isin(ids)].copy()
     if "skipped" in u:
         u = u[~u["skipped"].astype("boolean").fillna(False).astype(bool)]
-    u["outcome"] = outcome(u)
+    u["outcome"] = outcome(u, traits)
     u["updates"] = np.where(u["update"] == 0, "0 (on-policy)", "1..k-1 (stale)")
     rows = []
     cell = [c for c in ("suite", "experiment", "method", "staleness") if c in u.columns]
@@ -78,8 +92,8 @@ def outcome_table(u: pd.DataFrame, ids: set[str]) -> pd.DataFrame:
                 "updates": key[-1],
                 "n": len(g),
                 **{o: float(shares.get(o, 0.0)) for o in OUTCOMES},
-                "rho before": float(pd.to_numeric(g["rho_before"], errors="coerce").mean()),
-                "rho after": float(pd.to_numeric(g["rho"], errors="coerce").mean()),
+                "rho before": float(pd.to_numeric(g[traits.measure_at_start], errors="coerce").mean()),
+                "rho after": float(pd.to_numeric(g[traits.measure], errors="coerce").mean()),
                 "c_low": float(g["c_low"].mean()),
                 "c_high": float(g["c_high"].mean()),
             }

@@ -9,7 +9,7 @@ from analysis.entropy_law import drift_of
 from analysis.fig_final import final_evals
 from analysis.grad_clip import grad_clip_share
 from analysis.loader import RUN_COLS, RunSet
-from analysis.search_outcomes import is_bapo
+from analysis.search_outcomes import searches_bounds
 
 # Step metrics averaged over all of a run's complete steps.
 MEAN_OVER_STEPS = {
@@ -57,7 +57,7 @@ def run_summary(runs: RunSet, last_k: int = 5) -> pd.DataFrame:
     out = table.join(out)
     out["grad_clip_share"] = grad_clip_share(runs).reindex(out.index)
     out = out.reset_index()
-    bapo = {r.run_id for r in runs.select(is_bapo)}
+    bapo = {r.run_id for r in runs.select(searches_bounds)}
     for k in BAPO_ONLY:
         out.loc[~out["run_id"].isin(bapo), k] = np.nan
     out["is_bapo"] = out["run_id"].isin(bapo)

@@ -1,15 +1,18 @@
 """Typed config schema and validation, run before any work starts.
 
-Hydra composes `conf/`; `validate()` merges the result onto these dataclasses (so types
-are checked by OmegaConf) and then checks the values. Every failure is a `ConfigError`
-whose message starts with the dotted key, e.g. `train.staleness must be >= 1, got 0`.
+Each field is one `setting(default, help, check)` (src/config_fields.py): the one place
+of its default (Hydra's `project_defaults`, so `conf/` holds only what differs), its help
+(`python -m src.run --help`) and its own check. Hydra composes `conf/`; `validate()` merges
+the result onto these dataclasses (so types are checked by OmegaConf), runs every field's
+check, then the checks that read several fields. Every failure is a `ConfigError` whose
+message starts with the dotted key, e.g. `train.staleness must be >= 1, got 0`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,15 +21,27 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from src.algorithms import AGGREGATIONS, METHODS, Method, build_method
+from src.config_fields import (
+    ConfigError,
+    above,
+    at_least,
+    check_fields,
+    finite_above,
+    finite_at_least,
+    in_half_open_unit,
+    in_open_unit,
+    one_of,
+    setting,
+)
+from src.run_vocab import SHARED_METHOD_KEYS
 from src.schedule.anchors import ANCHORS
 from src.schedule.sources import SOURCES
 from src.schedule.split import STALENESS_MODES, minibatch_size
 
 OPTIMIZERS = ("adamw", "sgd")
-
-
-class ConfigError(ValueError):
-    """A bad config value; the message names its key and how to fix it."""
+# model.dtype's names, each with the short alias that the HF loader (src/models/hf.py) also
+# takes from library callers; config.yaml always holds the full name.
+MODEL_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 @dataclass
@@ -60,95 +75,114 @@ class MethodConfig:
                 "norm_length": norm_length}
 
     def to_container(self) -> dict[str, Any]:
-        """The `method:` section as written in config.yaml: shared keys, then method.<objective>."""
+        """The `method:` section as written in config.yaml: shared keys, method.<objective>,
+        then the method's traits (for analysis; derived, so never read back)."""
         out = {k: getattr(self, k) for k in SHARED_METHOD_KEYS}
         out[self.objective] = dataclasses.asdict(self.params)
+        out["traits"] = METHODS[self.objective].traits.to_config()
         return out
 
 
-SHARED_METHOD_KEYS = ("name", "objective", "aggregation")
+def _said(names: Iterable[str]) -> str:
+    """'a, b or c'."""
+    *rest, last = names
+    return f"{', '.join(rest)} or {last}" if rest else last
 
 
 @dataclass
 class ExperimentConfig:
-    name: str = "staleness_1x"
-    description: str = ""
+    name: str = setting("staleness_1x", "label used in run dirs and figures")
+    description: str = setting("", "one line on what the experiment runs")
 
 
 @dataclass
 class ModelConfig:
-    name: str = "tiny"
-    kind: str = "tiny"  # tiny (built and warm-started here) | hf (any HF causal LM)
-    path: str | None = None  # hf: hub name or local path
-    dtype: str = "float32"
-    autocast: str | None = None  # bfloat16: bf16 matmuls, weights stay in `dtype` (precision.py)
-    gradient_checkpointing: bool = False
-    trust_remote_code: bool = False
-    chat_template: bool = True  # hf: apply the tokenizer's chat template when it has one
-    architecture: dict[str, Any] = field(default_factory=dict)  # tiny: overrides of the defaults
-    sft: dict[str, Any] = field(default_factory=dict)  # tiny: warm-start SFT overrides
-    warm_start_seed: int = 0  # one base model shared by every RL seed, as in the paper
+    name: str = setting("tiny", "label of the model")
+    kind: str = setting("tiny", "tiny (built and warm-started here) | hf (any HF causal LM)",
+                        one_of(("tiny", "hf"), "tiny or hf"))
+    path: str | None = setting(None, "hf: hub name or local path")
+    dtype: str = setting("float32", "weights' dtype", one_of(MODEL_DTYPES, _said(MODEL_DTYPES)))
+    autocast: str | None = setting(None, "bfloat16: bf16 matmuls, weights stay in `dtype` "
+                                   "(src/models/precision.py)", one_of((None, "bfloat16"), "null or bfloat16"))
+    gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass")
+    trust_remote_code: bool = setting(False, "hf: run the model repo's own code")
+    chat_template: bool = setting(True, "hf: apply the tokenizer's chat template when it has one")
+    architecture: dict[str, Any] = setting({}, "tiny: overrides of the architecture defaults")
+    sft: dict[str, Any] = setting({}, "tiny: warm-start SFT overrides")
+    warm_start_seed: int = setting(0, "one base model shared by every RL seed, as in the paper")
 
 
 @dataclass
 class TaskConfig:
-    name: str = "arithmetic"
-    params: dict[str, Any] = field(default_factory=dict)
-    eval_problems: int = 64
-    reward: str = "verifier"  # verifier | random (Bernoulli(reward_p), a control; see src/tasks/rewards.py)
-    reward_p: float = 0.5
+    name: str = setting("arithmetic", "task registry key (src/tasks/)")
+    params: dict[str, Any] = setting({}, "the task's own parameters (its constructor's)")
+    eval_problems: int = setting(256, "held-out problems per eval (x eval.samples sampled responses)",
+                                 at_least(1))
+    reward: str = setting("verifier", "verifier | random: Bernoulli(reward_p) per response, "
+                          "independent of the text (a control; src/tasks/rewards.py)")
+    reward_p: float = setting(0.5, "the chance of reward 1 under task.reward=random",
+                              in_open_unit("the chance of reward 1 under task.reward=random"))
 
 
 @dataclass
 class RolloutConfig:
-    backend: str = "hf"  # hf | vllm
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    params: dict[str, Any] = field(default_factory=dict)  # backend-specific
+    backend: str = setting("hf", "hf | vllm", one_of(("hf", "vllm"), "hf or vllm"))
+    max_new_tokens: int = setting(64, "longest response, in tokens", at_least(1))
+    temperature: float = setting(1.0, "sampling temperature", above(0))
+    top_p: float = setting(1.0, "nucleus sampling mass", in_half_open_unit())
+    params: dict[str, Any] = setting({}, "backend-specific")
 
 
 @dataclass
 class LoggerConfig:
-    backend: str = "local"  # local | wandb
-    project: str = "bapo-repro"
-    mode: str | None = None  # wandb mode; None -> $WANDB_MODE or offline
-    token_fraction: float = 1.0  # share of responses whose tokens are logged
-    progress: bool = True
+    backend: str = setting("local", "local | wandb", one_of(("local", "wandb"), "local or wandb"))
+    project: str = setting("bapo-repro", "wandb project")
+    mode: str | None = setting(None, "wandb mode; null: the WANDB_MODE environment variable, else offline")
+    token_fraction: float = setting(1.0, "share of responses whose tokens are logged",
+                                    in_half_open_unit())
+    progress: bool = setting(True, "progress bars")
     # Rescore each update's mini-batch right after its optimizer step (one no-grad forward)
     # and log the entropy change that the step caused on its own tokens, beside the Eq. 6
     # covariance that predicts it (`entropy_after`, `entropy_change`).
-    entropy_change: bool = False
+    entropy_change: bool = setting(False, "true: log the entropy change each update caused on "
+                                   "its own mini-batch (+1 no-grad forward per update)")
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 30
-    prompts_per_step: int = 16
-    group_size: int = 8
-    staleness: int = 1
+    steps: int = setting(30, "rollout steps", above(0))
+    prompts_per_step: int = setting(16, "prompts per rollout", above(0))
+    group_size: int = setting(8, "responses per prompt",
+                              at_least(2, "group baselines need two samples"))
+    staleness: int = setting(1, "k optimizer updates per rollout; update j uses data j updates stale",
+                             at_least(1))
     # How k = staleness updates are made from one rollout (see STALENESS_MODES):
     # minibatch: one rollout of P*G responses split into k mini-batches of P*G/k;
     # fixed_update: a rollout of k*P*G responses split into k mini-batches of P*G, so every
     # update sees as many responses as a 1x update and only the data's age changes;
     # epochs: k full-batch updates on one rollout of P*G (Algorithm 1's inner loop).
-    staleness_mode: str = "minibatch"
-    epochs: int = 1
-    # Responses per forward/backward pass; each update accumulates gradients over
-    # micro-batches of this size, exactly as one pass over its mini-batch would.
-    # None: the whole mini-batch in one pass.
-    micro_batch_size: int | None = None
-    # adamw (default) | sgd: plain SGD with heavy-ball momentum betas[0], which moves each
-    # weight in proportion to its gradient instead of Adam's per-weight normalised step.
-    optimizer: str = "adamw"
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    warmup_steps: int = 0
-    grad_clip: float = 1.0
-    advantage_std_norm: bool = True
-    max_bad_updates: int = 5
-    threads: int = 2
+    staleness_mode: str = setting("minibatch", "minibatch: k mini-batches of P*G/k | fixed_update: "
+                                  "rollout of k*P*G, k mini-batches of P*G | epochs: k full-batch "
+                                  "updates", one_of(STALENESS_MODES))
+    epochs: int = setting(1, "minibatch/fixed_update: repeat the pass over the mini-batches",
+                          at_least(1))
+    # Each update accumulates gradients over micro-batches of this size, exactly as one pass
+    # over its mini-batch would.
+    micro_batch_size: int | None = setting(None, "responses per forward/backward (gradient "
+                                           "accumulation); null: the whole mini-batch")
+    # sgd: on-policy AdamW lost accuracy at lr >= 1e-4 and barely learned at 5e-5
+    # (experiments/calibration/, README "The CPU testbed").
+    optimizer: str = setting("sgd", "adamw | sgd (heavy-ball momentum betas[0]); one optimizer "
+                             "for every method", one_of(OPTIMIZERS))
+    lr: float = setting(0.005, "one rate for every method (SGD); 0.03 collapsed the policy, "
+                        "0.01 swung", finite_above(0))
+    weight_decay: float = setting(0.0, "decoupled weight decay", finite_at_least(0))
+    betas: list[float] = setting([0.9, 0.999], "adamw's betas; sgd's momentum is betas[0]")
+    warmup_steps: int = setting(0, "linear learning-rate warmup, in steps", at_least(0))
+    grad_clip: float = setting(1.0, "gradient-norm clip", above(0))
+    advantage_std_norm: bool = setting(True, "divide group advantages by their std")
+    max_bad_updates: int = setting(5, "non-finite updates in a row before the run stops", at_least(1))
+    threads: int = setting(2, "torch CPU threads", at_least(1))
 
 
 # Keys that belong to one source only; set under another they are a config error.
@@ -162,45 +196,56 @@ class OffPolicyConfig:
     """Where each step's training data comes from, and which policy the ratio is taken
     against (src/schedule/). The default, fresh + coupled, is the paper's staleness."""
 
-    # fresh: train on the rollout generated this step | delay: on the one generated
-    # `delay` steps ago (M2PO's queue) | replay: on the fresh one plus `replay_draws`
-    # drawn from a buffer of the last `replay_capacity` rollouts
-    source: str = "fresh"
-    # coupled: r = pi/pi_behaviour | recompute: r = pi/pi_step_start | decoupled (AReaL):
-    # clip pi/pi_step_start, times the behaviour weight min(pi_step_start/pi_behaviour, cap)
-    anchor: str = "coupled"
-    weight_cap: float = 2.0  # decoupled: truncation of the behaviour weight (verl's default)
-    delay: int | None = None  # delay: K steps between generating a rollout and training on it
-    replay_capacity: int | None = None  # replay: rollouts kept (default 4)
-    replay_draws: int | None = None  # replay: rollouts drawn per step (default 1)
-    token_budget: int | None = None  # partial: new tokens a response may get per step
-    mask_stale_prefix: bool | None = None  # partial: keep older segments out of the loss (default false)
+    source: str = setting("fresh", "fresh: train on the rollout generated this step | delay: on "
+                          "the one generated `delay` steps ago (M2PO's queue) | replay: on the "
+                          "fresh one plus `replay_draws` drawn from a buffer of the last "
+                          "`replay_capacity` rollouts | partial", one_of(SOURCES))
+    anchor: str = setting("coupled", "coupled: r = pi/pi_behaviour | recompute: r = "
+                          "pi/pi_step_start | decoupled (AReaL): clip pi/pi_step_start, times the "
+                          "behaviour weight min(pi_step_start/pi_behaviour, weight_cap)", one_of(ANCHORS))
+    weight_cap: float = setting(2.0, "decoupled only: truncation of the behaviour weight (verl's default)",
+                                finite_above(0, "the decoupled behaviour weight's cap"))
+    delay: int | None = setting(None, "delay only: K steps between generating a rollout and "
+                                "training on it (lag in updates: K*k .. K*k+k-1)")
+    replay_capacity: int | None = setting(None, "replay only: rollouts kept (null: 4)")
+    replay_draws: int | None = setting(None, "replay only: rollouts drawn per step (null: 1)")
+    token_budget: int | None = setting(None, "partial only: new tokens a response may get per "
+                                       "step (unfinished ones continue next step)")
+    mask_stale_prefix: bool | None = setting(None, "partial only: true keeps tokens older than "
+                                             "the response's last segment out of the loss (null: false)")
 
 
 @dataclass
 class EvalConfig:
-    every: int = 10
-    greedy: bool = True
-    sampled: bool = True
-    samples: int = 4  # sampled responses per held-out problem
+    every: int = setting(10, "steps between evals", at_least(1))
+    greedy: bool = setting(True, "greedy accuracy")
+    sampled: bool = setting(True, "sampled accuracy")
+    samples: int = setting(4, "sampled responses per held-out problem", at_least(1))
 
 
 @dataclass
 class CheckpointConfig:
-    every: int = 10
-    keep: int = 2  # newest checkpoints kept while the run goes on
-    # A finished run needs no checkpoint to be skipped, analysed or verified; true keeps
-    # its last one (to continue training from it), false deletes them all.
-    keep_final: bool = True
+    every: int = setting(10, "steps between checkpoints", at_least(1))
+    keep: int = setting(2, "newest checkpoints kept while the run goes on", at_least(1))
+    # A finished run needs no checkpoint to be skipped, analysed or verified.
+    keep_final: bool = setting(True, "a finished run keeps its last checkpoint (to continue "
+                               "training from it); false: none")
+
+
+def _device(value: str) -> str | None:
+    if value in ("cpu", "auto") or re.fullmatch(r"cuda(:\d+)?", value) is not None:
+        return None
+    return f"must be cpu, cuda, cuda:N (N = 0, 1, ...) or auto, got {value!r}"
 
 
 @dataclass
 class Config:
-    seed: int = 0
-    device: str = "cpu"
-    resume: str = "auto"  # auto | true | false
-    overwrite: bool = False
-    cache_dir: str = ".cache"
+    seed: int = setting(0, "RL seed (the warm start is shared: model.warm_start_seed)", at_least(0))
+    device: str = setting("cpu", "cpu | cuda | cuda:N | auto", _device)
+    resume: str = setting("auto", "auto: continue an unfinished run dir, skip a finished one | "
+                          "true | false", one_of(("auto", "true", "false"), "auto, true or false"))
+    overwrite: bool = setting(False, "true: move an existing run dir aside and start fresh")
+    cache_dir: str = setting(".cache", "warm-start cache (a run writes only here and in its run dir)")
     method: MethodConfig = field(default_factory=MethodConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -231,6 +276,7 @@ def _split_method(raw: dict) -> tuple[dict, Any]:
              f"must be one of {sorted(METHODS)}, got {objective!r}")
     params_cls = METHODS[objective].Params
     section = None
+    method.pop("traits", None)  # written with the config for analysis, derived from the objective
     for key in [k for k in method if k not in SHARED_METHOD_KEYS]:
         value = method.pop(key)
         if key == objective:
@@ -253,7 +299,7 @@ def _split_method(raw: dict) -> tuple[dict, Any]:
         key = getattr(e, "full_key", None) or "?"
         raise ConfigError(f"method.{objective}.{key}: {str(e).splitlines()[0]}") from None
     try:
-        params.validate()
+        params.checked()
     except ValueError as e:
         raise ConfigError(f"method.{objective}.{e}") from None
     return {**raw, "method": method}, params
@@ -279,14 +325,7 @@ def validate_method(method: dict) -> MethodConfig:
 
 
 def _check_train(t: TrainConfig) -> None:
-    _require(t.steps > 0, "train.steps", f"must be > 0, got {t.steps}")
-    _require(t.prompts_per_step > 0, "train.prompts_per_step", f"must be > 0, got {t.prompts_per_step}")
-    _require(t.group_size >= 2, "train.group_size",
-             f"must be >= 2 (group baselines need two samples), got {t.group_size}")
-    _require(t.staleness >= 1, "train.staleness", f"must be >= 1, got {t.staleness}")
-    _require(t.epochs >= 1, "train.epochs", f"must be >= 1, got {t.epochs}")
-    _require(t.staleness_mode in STALENESS_MODES, "train.staleness_mode",
-             f"must be one of {list(STALENESS_MODES)}, got {t.staleness_mode!r}")
+    """What the train fields' own checks cannot see: how they fit together."""
     batch = t.prompts_per_step * t.group_size
     if t.staleness_mode == "minibatch":
         _require(batch % t.staleness == 0, "train.staleness",
@@ -302,24 +341,12 @@ def _check_train(t: TrainConfig) -> None:
         _require(mini % t.micro_batch_size == 0, "train.micro_batch_size",
                  f"={t.micro_batch_size} must divide the mini-batch size {mini} "
                  f"(staleness_mode={t.staleness_mode})")
-    _require(t.optimizer in OPTIMIZERS, "train.optimizer",
-             f"must be one of {list(OPTIMIZERS)}, got {t.optimizer!r}")
-    _require(math.isfinite(t.lr) and t.lr > 0, "train.lr", f"must be a finite number > 0, got {t.lr}")
-    _require(math.isfinite(t.weight_decay) and t.weight_decay >= 0, "train.weight_decay",
-             f"must be a finite number >= 0, got {t.weight_decay}")
-    _require(t.grad_clip > 0, "train.grad_clip", f"must be > 0, got {t.grad_clip}")
     _require(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas",
              f"must be two values in [0, 1), got {list(t.betas)}")
-    _require(t.warmup_steps >= 0, "train.warmup_steps", f"must be >= 0, got {t.warmup_steps}")
-    _require(t.max_bad_updates >= 1, "train.max_bad_updates", f"must be >= 1, got {t.max_bad_updates}")
-    _require(t.threads >= 1, "train.threads", f"must be >= 1, got {t.threads}")
 
 
 def _check_offpolicy(o: OffPolicyConfig) -> None:
-    _require(o.source in SOURCES, "offpolicy.source", f"must be one of {list(SOURCES)}, got {o.source!r}")
-    _require(o.anchor in ANCHORS, "offpolicy.anchor", f"must be one of {list(ANCHORS)}, got {o.anchor!r}")
-    _require(o.weight_cap > 0 and math.isfinite(o.weight_cap), "offpolicy.weight_cap",
-             f"must be a finite number > 0 (the decoupled behaviour weight's cap), got {o.weight_cap}")
+    """Which keys belong to the chosen source, and the source's own defaults."""
     for source, keys in SOURCE_KEYS.items():
         for key in keys:
             if source != o.source and getattr(o, key) is not None:
@@ -357,9 +384,7 @@ def _check_partial(c: Config) -> None:
 
 
 def _check_rest(c: Config) -> None:
-    _require(c.seed >= 0, "seed", f"must be >= 0, got {c.seed}")
-    _require(c.resume in ("auto", "true", "false"), "resume", f"must be auto, true or false, got {c.resume!r}")
-    _require(c.model.kind in ("tiny", "hf"), "model.kind", f"must be tiny or hf, got {c.model.kind!r}")
+    """The model's path and shape, and the registries' names (task, reward)."""
     if c.model.kind == "hf":
         path = c.model.path
         _require(bool(path), "model.path", "must name an HF model (hub name or local path) for model.kind=hf")
@@ -374,32 +399,12 @@ def _check_rest(c: Config) -> None:
             message = str(e).replace("model.", "model.architecture.").replace("sft.", "model.sft.")
             key = "model.sft" if "model.sft." in message else "model.architecture"
             raise ConfigError(f"{key}: {message}") from None
-    _require(c.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype",
-             f"must be float32, bfloat16 or float16, got {c.model.dtype!r}")
-    _require(c.model.autocast in (None, "bfloat16"), "model.autocast",
-             f"must be null or bfloat16, got {c.model.autocast!r}")
     from src.tasks import TASKS  # late: the task registry imports task modules
     _require(c.task.name in TASKS, "task.name", f"must be one of {sorted(TASKS)}, got {c.task.name!r}")
     _check_task_params(c)
     from src.tasks.rewards import REWARD_SOURCES
     _require(c.task.reward in REWARD_SOURCES, "task.reward",
              f"must be one of {list(REWARD_SOURCES)}, got {c.task.reward!r}")
-    _require(0.0 < c.task.reward_p < 1.0, "task.reward_p",
-             f"must be in (0, 1) (the chance of reward 1 under task.reward=random), got {c.task.reward_p}")
-    _require(c.task.eval_problems >= 1, "task.eval_problems", f"must be >= 1, got {c.task.eval_problems}")
-    _require(c.rollout.backend in ("hf", "vllm"), "rollout.backend", f"must be hf or vllm, got {c.rollout.backend!r}")
-    _require(c.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", f"must be >= 1, got {c.rollout.max_new_tokens}")
-    _require(c.rollout.temperature > 0, "rollout.temperature", f"must be > 0, got {c.rollout.temperature}")
-    _require(0 < c.rollout.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {c.rollout.top_p}")
-    _require(c.logger.backend in ("local", "wandb"), "logger.backend", f"must be local or wandb, got {c.logger.backend!r}")
-    _require(0 < c.logger.token_fraction <= 1, "logger.token_fraction",
-             f"must be in (0, 1], got {c.logger.token_fraction}")
-    _require(c.eval.every >= 1, "eval.every", f"must be >= 1, got {c.eval.every}")
-    _require(c.eval.samples >= 1, "eval.samples", f"must be >= 1, got {c.eval.samples}")
-    _require(c.checkpoint.every >= 1, "checkpoint.every", f"must be >= 1, got {c.checkpoint.every}")
-    _require(c.checkpoint.keep >= 1, "checkpoint.keep", f"must be >= 1, got {c.checkpoint.keep}")
-    _require(c.device in ("cpu", "auto") or re.fullmatch(r"cuda(:\d+)?", c.device) is not None,
-             "device", f"must be cpu, cuda, cuda:N (N = 0, 1, ...) or auto, got {c.device!r}")
     if c.model.kind == "tiny":
         _check_tiny_sizes(c)
 
@@ -456,6 +461,7 @@ def validate(cfg: DictConfig | dict) -> Config:
         raise ConfigError(f"{key}: {reason}") from None
     config.method.params = params
     _check_method(config.method)
+    check_fields(config, "")
     _check_train(config.train)
     _check_offpolicy(config.offpolicy)
     _check_partial(config)
@@ -468,3 +474,37 @@ def to_container(config: Config) -> dict:
     out = OmegaConf.to_container(OmegaConf.structured(config), resolve=True)
     out["method"] = config.method.to_container()
     return out
+
+
+DEFAULTS_NODE = "project_defaults"
+
+
+def register_defaults() -> None:
+    """The dataclasses' defaults as Hydra's `project_defaults`, the first entry of
+    conf/config.yaml's defaults list: every yaml then holds only what differs from them.
+
+    Stored as plain data, without the schema: types and values are checked by `validate`,
+    so a bad value is a `ConfigError` naming its key, never a Hydra traceback. `method`
+    is left out: its group file is the whole section (a ppo section under method=bapo
+    would be an error).
+    """
+    from hydra.core.config_store import ConfigStore
+
+    from src.run_dir import OVERRIDE_TAG_EXCLUDES
+
+    defaults = to_container(Config())
+    del defaults["method"]
+    # The run-dir tag leaves out the keys that change no number (src/run_vocab.py).
+    tag = {"override_dirname": {"exclude_keys": list(OVERRIDE_TAG_EXCLUDES)}}
+    ConfigStore.instance().store(name=DEFAULTS_NODE,
+                                 node={**defaults, "hydra": {"job": {"config": tag}}})
+
+
+def settings_help() -> str:
+    """`key = default  help` per setting, for `python -m src.run --help`."""
+    from src.config_fields import help_lines
+
+    return "\n".join(help_lines(Config))
+
+
+register_defaults()

@@ -15,20 +15,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from src.algorithms import CLIP_STATES
-from src.algorithms.metrics import STATE_FRACTIONS
+from src.run_vocab import (
+    CLIP_STATE_NAMES,
+    STATE_FRACTIONS,
+    STEP_MAX_KEYS,
+    STEP_MEAN_KEYS,
+    STEP_SUM_LIST_KEYS,
+    MethodTraits,
+)
 
-# Means over a step's (not skipped) updates.
-STEP_MEAN_KEYS = ("clip_frac", *STATE_FRACTIONS,  # every state's share, so none is left out
-                  "clip_frac_pos", "clip_frac_neg", "token_share_pos", "token_share_neg",
-                  "contrib_grad_pos_share", "contrib_value_pos_share", "c_low", "c_high", "rho",
-                  "grad_norm", "kl_k3", "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1", "m2",
-                  "grad_clipped", "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1",
-                  "behav_kl_k3", "behav_m2", "behav_ess", "behav_weight_mean", "version_span_mean")
-# Summed over a step's updates (per-bin counts) and the step's maximum.
-STEP_SUM_LIST_KEYS = ("ratio_hist_pos", "ratio_hist_neg")
-STEP_MAX_KEYS = ("policy_lag_max", "behav_weight_max", "version_span_max")
-_CLIP_NAMES = np.array(CLIP_STATES)
+_CLIP_NAMES = np.array(CLIP_STATE_NAMES)
 
 
 def finite_mean(values: Iterable[Any]) -> float | None:
@@ -160,7 +156,6 @@ _SHARES = {"token_share_pos": ("tokens_pos", "tokens_neg"),
            "token_share_neg": ("tokens_neg", "tokens_pos"),
            "contrib_grad_pos_share": ("contrib_grad_pos", "contrib_grad_neg"),
            "contrib_value_pos_share": ("contrib_value_pos", "contrib_value_neg")}
-_FLAGS_ALL, _FLAGS_ANY = ("bapo_reached",), ("bapo_undefined", "zero_advantage")
 _RECORD_KEYS = ("skipped", "skip_reason", "tokens_total")
 
 
@@ -170,15 +165,20 @@ def _share(a: float | None, b: float | None) -> float | None:
     return a / (a + b)
 
 
-def combine_records(records: list[dict[str, Any]]) -> dict[str, Any]:
+def combine_records(records: list[dict[str, Any]], traits: MethodTraits | None = None
+                    ) -> dict[str, Any]:
     """One update record from the per-micro-batch (and per-rank) records of an update.
 
     Counts and contribution sums add up; clip fractions are token-weighted; shares are
     recomputed from the sums; every other number (bounds, rho, a decision's scalars, the
     loss) is averaged: equal across micro-batches when the decision was taken on the whole
-    update, which is the case the docs recommend. `bapo_reached` holds only if it held
-    everywhere; `bapo_undefined` and `zero_advantage` if anywhere.
+    update, which is the case the docs recommend. The method's `reached` flag (its
+    `traits`) holds only if it held everywhere; its `undefined` flag and `zero_advantage`
+    if anywhere.
     """
+    traits = traits or MethodTraits()
+    flags_all = tuple(k for k in (traits.reached,) if k)
+    flags_any = (*(k for k in (traits.undefined,) if k), "zero_advantage")
     records = [r for r in records if r]
     if not records:
         return {}
@@ -195,9 +195,9 @@ def combine_records(records: list[dict[str, Any]]) -> dict[str, Any]:
                     else finite_mean(v for v, _ in pairs))
     for key, (a, b) in _SHARES.items():
         out[key] = _share(out[a], out[b])
-    for key in _FLAGS_ALL + _FLAGS_ANY:
+    for key in flags_all + flags_any:
         flags = [r.get(key) for r in use if r.get(key) is not None]
-        out[key] = (all(flags) if key in _FLAGS_ALL else any(flags)) if flags else None
+        out[key] = (all(flags) if key in flags_all else any(flags)) if flags else None
     done = set(out) | set(_RECORD_KEYS)
     for key in dict.fromkeys(k for r in use for k in r):
         if key not in done:

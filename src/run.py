@@ -114,14 +114,8 @@ def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, loc
         prompt_formatter,
     )
     from src.checkpoint import TrainState, load_latest, prune_finished, restore
-    from src.telemetry import (
-        RunWriter,
-        display_path,
-        git_commit,
-        now_iso,
-        package_versions,
-        summary_lines,
-    )
+    from src.run_vocab import now_iso, run_meta
+    from src.telemetry import RunWriter, display_path, summary_lines
     from src.trainer import NumericFault, Trainer
 
     mode = prepare_run_dir(cfg, run_dir)
@@ -162,15 +156,13 @@ def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, loc
                                tags=[f"sweep:{sweep}"[:64], cfg.experiment.name[:64],
                                      cfg.method.name[:64], f"seed{cfg.seed}"],
                                mode=cfg.logger.mode or os.environ.get("WANDB_MODE", "offline"))
-    started = now_iso()
-    meta = {"git_commit": git_commit(), "versions": package_versions(_VERSIONED), "device": str(device),
-            "cpu": platform.processor() or platform.machine(), "threads": cfg.train.threads,
-            "omp_wait": dict(WAIT_CHOICE),
-            "start_time": started, "method": cfg.method.name, "experiment": cfg.experiment.name,
-            "staleness": cfg.train.staleness, "staleness_mode": cfg.train.staleness_mode,
-            "seed": cfg.seed, "warm_start": info.get("path"),
-            "resumed_at_step": state.step if payload is not None else None,
-            "overrides": list(overrides) if overrides is not None else None}
+    meta = run_meta(versioned=_VERSIONED, device=device, method=cfg.method.name,
+                    experiment=cfg.experiment.name, staleness=cfg.train.staleness, seed=cfg.seed,
+                    resumed_at_step=state.step if payload is not None else None,
+                    cpu=platform.processor() or platform.machine(), threads=cfg.train.threads,
+                    omp_wait=dict(WAIT_CHOICE), staleness_mode=cfg.train.staleness_mode,
+                    warm_start=info.get("path"),
+                    overrides=list(overrides) if overrides is not None else None)
     writer = RunWriter(run_dir, config_dict, meta, wandb_run=wandb_run,
                        resume_at_step=state.step if payload is not None else -1)
     writer.last_step = state.step - 1 if state.step else None

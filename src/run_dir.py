@@ -4,11 +4,12 @@ Two layers keep runs from colliding:
 
 - the dir name: `runs/<experiment>/<method>/[<tag>/]seed<N>`, where the tag lists the
   command-line overrides that can change the numbers (Hydra's `hydra.job.override_dirname`,
-  with the keys below excluded in conf/config.yaml), or is a short hash of them when the
+  without `OVERRIDE_TAG_EXCLUDES`), or is a short hash of them when the
   list is long or holds characters a dir name should not (the full list is in meta.json);
 - the config itself: before a run dir is skipped or resumed, the config it was made with
-  (its config.yaml) is compared with this run's, ignoring `NON_NUMERIC_KEYS`; any other
-  difference refuses the run (exit 2) and names the first differing keys.
+  (its config.yaml) is compared with this run's, ignoring the keys that change no number
+  (src/run_vocab.py NON_NUMERIC_KEYS); any other difference refuses the run (exit 2) and
+  names the first differing keys.
 """
 
 from __future__ import annotations
@@ -18,44 +19,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-# Keys (and everything under them) that change no number a run computes: where it runs
-# from, how it is displayed and logged, and what it keeps on disk. The override tag and the
-# config comparison both ignore them; conf/config.yaml's exclude_keys must list them too
-# (a test checks), and analysis/cells.py reads the same list when it groups runs.
-NON_NUMERIC_KEYS = (
-    "resume",
-    "overwrite",
-    "cache_dir",
-    "experiment.description",
-    "logger.backend",
-    "logger.project",
-    "logger.mode",
-    "logger.progress",
-    "checkpoint.every",
-    "checkpoint.keep",
-    "checkpoint.keep_final",
-)
-# Before each method owned its parameters, config.yaml kept them flat under `method:`
-# (method.c_low, method.q, method.entropy_scope, method.bapo.*). Old layout -> the
-# objective's section, per objective; analysis/loader.py keeps the same map (a test checks).
-LEGACY_METHOD_PARAMS = {
-    "ppo": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c"},
-    "clip_higher": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c"},
-    "top_entropy": {"c_low": "c_low", "c_high": "c_high", "dual_clip_c": "dual_clip_c", "q": "q",
-                    "entropy_scope": "scope"},
-    "bapo": {"dual_clip_c": "dual_clip_c"},  # and everything under the old method.bapo
-}
+from src.run_vocab import NON_NUMERIC_KEYS, flatten, is_non_numeric, upgrade_config
+
 LEADING_KEYS = ("method.name", "method.objective", "experiment.name", "task.name", "model.name")
-# Sections added to config.yaml after runs were committed, with the values those runs
-# used: a config.yaml without the section was made with these (a test keeps them equal to
-# the dataclass defaults in src/config.py).
-ADDED_SECTIONS = {
-    "offpolicy": {"source": "fresh", "anchor": "coupled", "weight_cap": 2.0, "delay": None,
-                  "replay_capacity": None, "replay_draws": None, "token_budget": None,
-                  "mask_stale_prefix": None},
-}
 # The parts of the path itself: never repeated in the tag.
 PATH_KEYS = ("experiment", "method", "seed")
+# What the tag leaves out (Hydra's exclude_keys, set by src/config.py register_defaults):
+# the path's keys, the keys that change no number, and `logger`, the group choice (local
+# and wandb differ only in keys that change no number).
+OVERRIDE_TAG_EXCLUDES = (*PATH_KEYS, "logger", *NON_NUMERIC_KEYS)
 MAX_TAG_CHARS = 80
 _SAFE_TAG = re.compile(r"[A-Za-z0-9._,=+-]+")
 _ABSENT = "<absent>"
@@ -76,6 +48,13 @@ def register_resolver() -> None:
 
     OmegaConf.register_new_resolver("run_tag", run_tag, replace=True)
     OmegaConf.register_new_resolver("run_groups", run_groups, replace=True)  # --help
+    OmegaConf.register_new_resolver("settings_help", _settings_help, replace=True)  # --help
+
+
+def _settings_help() -> str:
+    from src.config import settings_help  # late: the config imports the method registry
+
+    return settings_help()
 
 
 # conf/ dirs that are not groups of `python -m src.run`: launch configs of TRL, accelerate
@@ -94,42 +73,12 @@ def run_groups() -> str:
     return "\n".join(lines)
 
 
-def is_non_numeric(key: str) -> bool:
-    return any(key == k or key.startswith(f"{k}.") for k in NON_NUMERIC_KEYS)
-
-
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """{'a.b': leaf}; an empty dict and a list are leaves."""
-    if isinstance(node, dict) and node:
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: node}
-
-
 def config_differences(stored: dict, current: dict) -> list[tuple[str, Any, Any]]:
     """(key, stored value, current value) for every key that can change the numbers."""
     a, b = flatten(stored), flatten(current)
     keys = sorted(k for k in set(a) | set(b) if not is_non_numeric(k))
     return [(k, a.get(k, _ABSENT), b.get(k, _ABSENT)) for k in keys
             if a.get(k, _ABSENT) != b.get(k, _ABSENT)]
-
-
-def upgrade_method_layout(cfg: dict) -> dict:
-    """`cfg` with an old-layout `method:` section (flat parameters) in today's layout."""
-    method = cfg.get("method")
-    if not isinstance(method, dict) or "c_low" not in method:
-        return cfg  # today's layout: the shared keys and method.<objective>
-    objective = method.get("objective")
-    new = {k: method[k] for k in ("name", "objective", "aggregation") if k in method}
-    # bapo's own parameters already had their section, method.bapo
-    nested = method.get(objective)
-    section = dict(nested) if isinstance(nested, dict) else {}
-    section.update({new_key: method[old] for old, new_key in LEGACY_METHOD_PARAMS.get(objective, {}).items()
-                    if old in method})
-    new[objective] = section
-    return {**cfg, "method": new}
 
 
 def stored_config(run_dir: Path) -> dict | None:
@@ -142,14 +91,6 @@ def stored_config(run_dir: Path) -> dict | None:
     except (OSError, yaml.YAMLError):
         return None
     return upgrade_config(loaded) if isinstance(loaded, dict) else None
-
-
-def upgrade_config(cfg: dict) -> dict:
-    """A stored config in today's layout: the method's section, and every section added
-    since with the values the run used (`ADDED_SECTIONS`)."""
-    cfg = upgrade_method_layout(cfg)
-    missing = {k: dict(v) for k, v in ADDED_SECTIONS.items() if k not in cfg}
-    return {**cfg, **missing} if missing else cfg
 
 
 def mismatch_message(run_dir: Path, differences: list[tuple[str, Any, Any]], shown: int = 3) -> str:

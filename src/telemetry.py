@@ -10,13 +10,14 @@ import json
 import math
 import os
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from src.run_vocab import now_iso
 
 TOKEN_SCHEMA = pa.schema([
     ("step", pa.int32()), ("update", pa.int16()), ("response_id", pa.int32()),
@@ -27,35 +28,6 @@ TOKEN_SCHEMA = pa.schema([
     ("c_high", pa.float32()), ("reward", pa.float32()), ("response_length", pa.int16()),
     ("policy_version", pa.int32()), ("lag", pa.int32()),
 ])
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def git_commit() -> str | None:
-    """The project checkout's HEAD commit for meta.json; None outside a git checkout."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[1],
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def package_versions(names: tuple[str, ...]) -> dict[str, str]:
-    """Installed versions of `names` for meta.json (packages not installed are left out)."""
-    import importlib.metadata
-
-    found = {}
-    for name in names:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return found
 
 
 def atomic_write_text(path: Path, text: str) -> None:

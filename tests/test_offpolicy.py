@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from src.algorithms import build_method
-from src.algorithms.drift import RATIO_BIN_EDGES, drift_metrics, ratio_histogram
+from src.algorithms.drift import drift_metrics, ratio_histogram
 from src.config import ConfigError
 from src.policy import response_logprobs
+from src.run_vocab import RATIO_BIN_EDGES
 from src.schedule import Delay, Replay, StoredRollout, behaviour_weight, split_rows
 from tests.conftest import compose
 from tests.offpolicy_harness import FakeBackend, make_trainer, run_steps
@@ -281,15 +282,13 @@ def test_bad_offpolicy_values_name_their_key(overrides, message):
 
 def test_replay_defaults_and_stored_configs_without_the_section():
     from src.config import OffPolicyConfig, to_container
-    from src.run_dir import ADDED_SECTIONS, config_differences, upgrade_config
+    from src.run_dir import config_differences
+    from src.run_vocab import ADDED_SECTIONS, upgrade_config
 
     cfg = compose(["offpolicy.source=replay"])
     assert (cfg.offpolicy.replay_capacity, cfg.offpolicy.replay_draws) == (4, 1)
     defaults = to_container(compose([]))["offpolicy"]
     assert ADDED_SECTIONS["offpolicy"] == defaults == vars(OffPolicyConfig())
-    from analysis.cells import ADDED_SECTIONS as ANALYSIS_SECTIONS
-
-    assert ANALYSIS_SECTIONS == ADDED_SECTIONS
     # a run dir committed before the section existed holds the default run
     old = copy.deepcopy(to_container(compose([])))
     del old["offpolicy"]

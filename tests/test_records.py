@@ -6,9 +6,9 @@ import importlib
 
 import torch
 
-from src.algorithms.metrics import STATE_FRACTIONS
 from src.algorithms.surrogate import CLIP_STATES, NO_GRADIENT, carries_gradient
-from src.records import STEP_MEAN_KEYS, update_means
+from src.records import update_means
+from src.run_vocab import STATE_FRACTIONS, STEP_MEAN_KEYS
 
 
 def test_every_state_fraction_is_averaged_per_step():

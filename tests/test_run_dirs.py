@@ -14,7 +14,8 @@ from hydra import initialize_config_dir
 
 from src import preflight
 from src import run as run_module
-from src.run_dir import NON_NUMERIC_KEYS, PATH_KEYS, config_differences, run_tag
+from src.run_dir import PATH_KEYS, config_differences, run_tag
+from src.run_vocab import NON_NUMERIC_KEYS
 from tests.conftest import REPO
 
 
@@ -62,8 +63,13 @@ def test_long_or_unsafe_tags_fall_back_to_a_stable_hash():
 
 
 def test_hydra_exclude_keys_are_the_non_numeric_keys():
-    conf = yaml.safe_load((REPO / "conf" / "config.yaml").read_text())
-    excluded = conf["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"]
+    from hydra import compose
+
+    import src.config  # noqa: F401 - registers the defaults, Hydra's exclude_keys with them
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        conf = compose(config_name="config", return_hydra_config=True)
+    excluded = list(conf.hydra.job.config.override_dirname.exclude_keys)
     # `logger` is the group choice: local and wandb differ only in non-numeric keys.
     assert sorted(excluded) == sorted([*PATH_KEYS, "logger", *NON_NUMERIC_KEYS])
 

@@ -32,8 +32,9 @@ if str(REPO) not in sys.path:
 
 from analysis.lag_runs import lag_summary, steady_updates  # noqa: E402
 from analysis.loader import RunSet, load_runs  # noqa: E402
-from analysis.search_outcomes import is_bapo, outcome  # noqa: E402
+from analysis.search_outcomes import outcome, searches_bounds  # noqa: E402
 from analysis.stats import fmt_ci, mean_ci  # noqa: E402
+from analysis.style import BASELINE, PROPOSED  # noqa: E402
 
 CLIP_TARGET, MOVED_TARGET = 0.02, 0.20
 ROOTS = {
@@ -64,7 +65,7 @@ def with_gain(runs: RunSet, s: pd.DataFrame) -> pd.DataFrame:
 
 
 def on_policy(s: pd.DataFrame) -> pd.DataFrame:
-    return s[(s["method"] == "ppo") & (s["lag_high"] == 0) & (s["anchor"] == "coupled")]
+    return s[(s["method"] == BASELINE) & (s["lag_high"] == 0) & (s["anchor"] == "coupled")]
 
 
 def criterion_a(root: str, s: pd.DataFrame) -> list[str]:
@@ -80,9 +81,9 @@ def criterion_a(root: str, s: pd.DataFrame) -> list[str]:
 
 def criterion_b(root: str, s: pd.DataFrame, stale_clip: pd.Series) -> list[str]:
     base = on_policy(s)
-    stale = s[(s["method"] == "ppo") & (s["lag_high"] > 0) & (s["anchor"] == "coupled")]
+    stale = s[(s["method"] == BASELINE) & (s["lag_high"] > 0) & (s["anchor"] == "coupled")]
     lines = []
-    for (lag_low, lag), cell in stale.groupby(["lag_low", "lag"], sort=True):
+    for (_, lag), cell in stale.groupby(["lag_low", "lag"], sort=True):  # by lag_low
         if base.empty:
             break
         acc0, acck = mean_ci(base["final_sampled_acc"]), mean_ci(cell["final_sampled_acc"])
@@ -98,11 +99,14 @@ def criterion_b(root: str, s: pd.DataFrame, stale_clip: pd.Series) -> list[str]:
 
 
 def criterion_c(root: str, runs: RunSet, u: pd.DataFrame) -> list[str]:
-    ids = {r.run_id for r in runs.select(is_bapo) if r.method == "bapo"}
-    u = u[u["run_id"].isin(ids)] if not u.empty else u
+    proposed = [r for r in runs.select(searches_bounds) if r.method == PROPOSED]
+    if not proposed:
+        return [f"| {root} | (c) | no stale {PROPOSED} runs | — | — |"]
+    traits = proposed[0].traits
+    u = u[u["run_id"].isin({r.run_id for r in proposed})] if not u.empty else u
     lines = []
     for lag, g in (u.groupby("lag", sort=False) if not u.empty else []):
-        shares = outcome(g).value_counts(normalize=True)
+        shares = outcome(g, traits).value_counts(normalize=True)
         moved = float(shares.get("moved, reached", 0.0))
         rest = ", ".join(f"{o} {float(shares.get(o, 0.0)):.1%}"
                          for o in ("at start", "not reached", "undefined"))

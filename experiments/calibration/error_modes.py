@@ -28,8 +28,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from analysis.loader import upgrade_method_layout  # noqa: E402
 from src.config import validate  # noqa: E402
+from src.run_vocab import upgrade_method_layout  # noqa: E402
 from src.schedule import rollout_prompts  # noqa: E402
 from src.tasks import get_task  # noqa: E402
 

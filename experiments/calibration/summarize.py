@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 from analysis.search_outcomes import outcome  # noqa: E402
 from analysis.stats import mean_ci  # noqa: E402
+from src.algorithms import METHODS  # noqa: E402 - bapo's traits name its search records
 
 EDGE = 6  # steps averaged at each end of a run
 
@@ -57,7 +58,7 @@ def run_summary(run_dir: Path) -> dict:
     }
     row["H_drop"] = row["H_first"] - row["H_last"]
     if config["method"]["objective"] == "bapo" and len(stale):
-        shares = outcome(stale).value_counts(normalize=True)
+        shares = outcome(stale, METHODS["bapo"].traits).value_counts(normalize=True)
         row.update({f"bapo_{k.replace(', ', '_').replace(' ', '_')}": float(shares.get(k, 0.0))
                     for k in ("at start", "moved, reached", "not reached", "undefined")})
     return row

@@ -13,6 +13,7 @@ policy-gradient magnitude (default) or of the surrogate value (literal Eq. 8).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -54,27 +55,60 @@ def _grid(start: float, stop: float, step: float, *, clamp_last: bool) -> list[f
     return values
 
 
-def check_grid(rho0, low_start, low_max, high_start, high_max, high_step, low_step,
-               contribution, order) -> None:
+@dataclass(frozen=True)
+class BapoGrid:
+    """What Algorithm 1 searches: the target rho0, the (c_low, c_high) grid, how rho is read
+    and in which order the grid is walked. The defaults are the paper's (section 5.1); the
+    method's parameters (src/algorithms/methods/bapo.py) take theirs from here.
+
+    Checked once, when it is made: every search takes a grid, so none re-checks it.
+    """
+
+    rho0: float = 0.4
+    low_start: float = 0.6
+    low_max: float = 0.9
+    high_start: float = 1.2
+    high_max: float = 3.0
+    high_step: float = 0.05
+    low_step: float = 0.02
+    contribution: str = "gradient"
+    order: str = "paper"
+
+    def __post_init__(self) -> None:
+        check_grid(self)
+
+
+def check_grid(g: BapoGrid) -> None:
     """The search's parameters; each message starts with the parameter it names."""
-    if not 0.0 < rho0 < 1.0:
-        raise ValueError(f"rho0 must be in (0, 1), got {rho0}")
-    if not 0.0 < low_start <= low_max:
-        raise ValueError(f"low_start: need 0 < low_start <= low_max, got low_start={low_start}, "
-                         f"low_max={low_max}")
-    if not high_start <= high_max:
-        raise ValueError(f"high_start: need high_start <= high_max, got high_start={high_start}, "
-                         f"high_max={high_max}")
-    if not low_max < high_start:
+    if not 0.0 < g.rho0 < 1.0:
+        raise ValueError(f"rho0 must be in (0, 1), got {g.rho0}")
+    if not 0.0 < g.low_start <= g.low_max:
+        raise ValueError(f"low_start: need 0 < low_start <= low_max, got low_start={g.low_start}, "
+                         f"low_max={g.low_max}")
+    if not g.high_start <= g.high_max:
+        raise ValueError(f"high_start: need high_start <= high_max, got high_start={g.high_start}, "
+                         f"high_max={g.high_max}")
+    if not g.low_max < g.high_start:
         raise ValueError(f"low_max: need low_max < high_start so that c_low < c_high, got "
-                         f"{low_max} >= {high_start}")
-    if not (high_step > 0 and low_step > 0):
-        name = "high_step" if not high_step > 0 else "low_step"
-        raise ValueError(f"{name}: high_step and low_step must be > 0, got {high_step}, {low_step}")
-    if contribution not in CONTRIBUTIONS:
-        raise ValueError(f"contribution must be one of {list(CONTRIBUTIONS)}, got {contribution!r}")
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {list(ORDERS)}, got {order!r}")
+                         f"{g.low_max} >= {g.high_start}")
+    if not (g.high_step > 0 and g.low_step > 0):
+        name = "high_step" if not g.high_step > 0 else "low_step"
+        raise ValueError(f"{name}: high_step and low_step must be > 0, got {g.high_step}, {g.low_step}")
+    if g.contribution not in CONTRIBUTIONS:
+        raise ValueError(f"contribution must be one of {list(CONTRIBUTIONS)}, got {g.contribution!r}")
+    if g.order not in ORDERS:
+        raise ValueError(f"order must be one of {list(ORDERS)}, got {g.order!r}")
+
+
+def grid_from(source: object) -> BapoGrid:
+    """The grid held by `source`'s same-named attributes (the method's parameters)."""
+    return BapoGrid(**{f.name: getattr(source, f.name) for f in dataclasses.fields(BapoGrid)})
+
+
+def _with_changes(grid: BapoGrid | None, changes: dict) -> BapoGrid:
+    """`grid` (default: the paper's) with some of its values changed by keyword."""
+    grid = BapoGrid() if grid is None else grid
+    return dataclasses.replace(grid, **changes) if changes else grid
 
 
 def _visit_order(n_low: int, n_high: int, order: str) -> list[tuple[int, int]]:
@@ -154,41 +188,42 @@ def _meets(rho: float, rho0: float) -> bool:
     return rho >= rho0 - _TARGET_TOL
 
 
-def adaptive_bounds_reference(ratio, advantages, mask, *, rho0=0.4, low_start=0.6, low_max=0.9,
-                              high_start=1.2, high_max=3.0, high_step=0.05, low_step=0.02,
-                              contribution="gradient", weights=None, order="paper",
-                              logp_behavior=None) -> BoundsResult:
-    """Algorithm 1 as printed: step c_high, then c_low, re-measuring rho each time."""
-    check_grid(rho0, low_start, low_max, high_start, high_max, high_step, low_step, contribution, order)
-    kw = dict(contribution=contribution, weights=weights, logp_behavior=logp_behavior)
-    rho = positive_contribution(ratio, advantages, mask, low_start, high_start, **kw)
+def adaptive_bounds_reference(ratio, advantages, mask, grid: BapoGrid | None = None, *,
+                              weights=None, logp_behavior=None, **grid_changes) -> BoundsResult:
+    """Algorithm 1 as printed: step c_high, then c_low, re-measuring rho each time.
+
+    `grid`: the search (default: the paper's); `grid_changes` change some of its values.
+    """
+    g = _with_changes(grid, grid_changes)
+    kw = dict(contribution=g.contribution, weights=weights, logp_behavior=logp_behavior)
+    rho = positive_contribution(ratio, advantages, mask, g.low_start, g.high_start, **kw)
     if math.isnan(rho):
-        return BoundsResult(low_start, high_start, rho, False, 0, rho, undefined=True)
+        return BoundsResult(g.low_start, g.high_start, rho, False, 0, rho, undefined=True)
     rho_start, i, j, steps = rho, 0, 0, 0
-    c_low, c_high = low_start, high_start
-    if order == "paper":
-        while not _meets(rho, rho0) and low_start + (j + 1) * low_step <= low_max + _GRID_TOL:
-            if high_start + (i + 1) * high_step <= high_max + _GRID_TOL:
+    c_low, c_high = g.low_start, g.high_start
+    if g.order == "paper":
+        while not _meets(rho, g.rho0) and g.low_start + (j + 1) * g.low_step <= g.low_max + _GRID_TOL:
+            if g.high_start + (i + 1) * g.high_step <= g.high_max + _GRID_TOL:
                 i += 1
             else:
                 j += 1
-            c_low, c_high = low_start + j * low_step, high_start + i * high_step
+            c_low, c_high = g.low_start + j * g.low_step, g.high_start + i * g.high_step
             rho = positive_contribution(ratio, advantages, mask, c_low, c_high, **kw)
             steps += 1
     else:  # the official verl recipe: c_low first, to its max, then c_high
-        lows = _grid(low_start, low_max, low_step, clamp_last=True)
-        highs = _grid(high_start, high_max, high_step, clamp_last=True)
-        while not _meets(rho, rho0) and j + 1 < len(lows):
+        lows = _grid(g.low_start, g.low_max, g.low_step, clamp_last=True)
+        highs = _grid(g.high_start, g.high_max, g.high_step, clamp_last=True)
+        while not _meets(rho, g.rho0) and j + 1 < len(lows):
             j += 1
             c_low = lows[j]
             rho = positive_contribution(ratio, advantages, mask, c_low, c_high, **kw)
             steps += 1
-        while not _meets(rho, rho0) and i + 1 < len(highs):
+        while not _meets(rho, g.rho0) and i + 1 < len(highs):
             i += 1
             c_high = highs[i]
             rho = positive_contribution(ratio, advantages, mask, c_low, c_high, **kw)
             steps += 1
-    return BoundsResult(c_low, c_high, rho, _meets(rho, rho0), steps, rho_start)
+    return BoundsResult(c_low, c_high, rho, _meets(rho, g.rho0), steps, rho_start)
 
 
 def _bucket_sums(index: Tensor, values: Tensor, size: int) -> Tensor:
@@ -234,37 +269,32 @@ def _rho_table(r, a, w, lows: Tensor, highs: Tensor, contribution: str):
     return s_pos, s_neg
 
 
-def adaptive_bounds(ratio, advantages, mask, *, rho0=0.4, low_start=0.6, low_max=0.9,
-                    high_start=1.2, high_max=3.0, high_step=0.05, low_step=0.02,
-                    contribution="gradient", weights=None, order="paper",
-                    logp_behavior=None) -> BoundsResult:
+def adaptive_bounds(ratio, advantages, mask, grid: BapoGrid | None = None, *, weights=None,
+                    logp_behavior=None, **grid_changes) -> BoundsResult:
     """Same result as `adaptive_bounds_reference`, without a pass per candidate."""
-    check_grid(rho0, low_start, low_max, high_start, high_max, high_step, low_step, contribution, order)
     r, a, w = _prepare(ratio, advantages, mask, weights, logp_behavior)
-    return search_tokens(r, a, w, rho0=rho0, low_start=low_start, low_max=low_max,
-                         high_start=high_start, high_max=high_max, high_step=high_step,
-                         low_step=low_step, contribution=contribution, order=order)
+    return search_tokens(r, a, w, _with_changes(grid, grid_changes))
 
 
-def search_tokens(r: Tensor, a: Tensor, w: Tensor, *, rho0, low_start, low_max, high_start,
-                  high_max, high_step, low_step, contribution, order) -> BoundsResult:
+def search_tokens(r: Tensor, a: Tensor, w: Tensor, grid: BapoGrid) -> BoundsResult:
     """The fast search on already-validated, masked, float64 1-D ratios/advantages/weights.
 
     For callers (the bapo objective) that have checked their inputs once already.
     """
     if not bool((a != 0).any()):
-        return BoundsResult(low_start, high_start, math.nan, False, 0, math.nan, undefined=True)
-    clamp = order == "official"
-    low_values = _grid(low_start, low_max, low_step, clamp_last=clamp)
-    high_values = _grid(high_start, high_max, high_step, clamp_last=clamp)
+        return BoundsResult(grid.low_start, grid.high_start, math.nan, False, 0, math.nan,
+                            undefined=True)
+    clamp = grid.order == "official"
+    low_values = _grid(grid.low_start, grid.low_max, grid.low_step, clamp_last=clamp)
+    high_values = _grid(grid.high_start, grid.high_max, grid.high_step, clamp_last=clamp)
     lows = torch.tensor(low_values, dtype=torch.float64, device=r.device)
     highs = torch.tensor(high_values, dtype=torch.float64, device=r.device)
-    s_pos, s_neg = _rho_table(r, a, w, lows, highs, contribution)
-    visits = torch.tensor(_visit_order(len(low_values), len(high_values), order), device=r.device)
+    s_pos, s_neg = _rho_table(r, a, w, lows, highs, grid.contribution)
+    visits = torch.tensor(_visit_order(len(low_values), len(high_values), grid.order), device=r.device)
     rho = _share(s_pos[visits[:, 1]], s_neg[visits[:, 0]]).cpu()
-    met = (rho >= rho0 - _TARGET_TOL).nonzero()
+    met = (rho >= grid.rho0 - _TARGET_TOL).nonzero()
     steps = int(met[0, 0]) if met.numel() else len(rho) - 1
     j, i = (int(x) for x in visits[steps])
     rho_at = float(rho[steps])
-    return BoundsResult(low_values[j], high_values[i], rho_at, _meets(rho_at, rho0), steps,
+    return BoundsResult(low_values[j], high_values[i], rho_at, _meets(rho_at, grid.rho0), steps,
                         float(rho[0]))

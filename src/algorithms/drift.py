@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-RATIO_BIN_EDGES = (0.2, 0.5, 0.8, 1.0, 1.2, 1.5, 2.0)
+from src.run_vocab import RATIO_BIN_EDGES
+
 RATIO_BIN_LABELS = ("<=0.2", "0.2-0.5", "0.5-0.8", "0.8-1", "1-1.2", "1.2-1.5", "1.5-2", ">2")
 
 

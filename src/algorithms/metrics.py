@@ -25,19 +25,11 @@ from src.algorithms.surrogate import (
     CLIP_HIGH,
     CLIP_LOW,
     CLIP_STATES,
-    DUAL,
-    KL_PENALTY,
     MASKED,
     NONE,
-    TRUNC_HIGH,
-    TRUNC_LOW,
     carries_gradient,
 )
-
-# The share of loss-bearing tokens in each state that is not `none`.
-STATE_FRACTIONS = {"clip_low_frac": CLIP_LOW, "clip_high_frac": CLIP_HIGH, "dual_clip_frac": DUAL,
-                   "masked_frac": MASKED, "trunc_low_frac": TRUNC_LOW, "trunc_high_frac": TRUNC_HIGH,
-                   "kl_penalty_frac": KL_PENALTY}
+from src.run_vocab import STATE_FRACTIONS  # the share of loss-bearing tokens in each state
 
 
 def _safe_div(num: float, den: float) -> float | None:

@@ -1,7 +1,8 @@
 """Clip states, the clipped PPO surrogate, and loss aggregation.
 
-A token's clip state says what its method did to the token's gradient. The codes are
-stored in token files by name; the first four keep the codes they always had.
+A token's clip state says what its method did to the token's gradient. The states, and
+whether each carries a gradient, are defined in src/run_vocab.py; token files store them by
+name.
 
 | state        | gradient             | set by                                             |
 |--------------|----------------------|----------------------------------------------------|
@@ -23,10 +24,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-CLIP_STATES = ("none", "clip_low", "clip_high", "dual", "masked", "trunc_low", "trunc_high",
-               "kl_penalty")
-NONE, CLIP_LOW, CLIP_HIGH, DUAL, MASKED, TRUNC_LOW, TRUNC_HIGH, KL_PENALTY = range(len(CLIP_STATES))
-NO_GRADIENT = (CLIP_LOW, CLIP_HIGH, DUAL, MASKED)
+from src.run_vocab import CLIP_STATE_NAMES as CLIP_STATES
+from src.run_vocab import NO_GRADIENT_STATES
+
+# The states' int8 codes, by name (a state's code is its place in src/run_vocab.py).
+NONE, CLIP_LOW, CLIP_HIGH, DUAL, MASKED, TRUNC_LOW, TRUNC_HIGH, KL_PENALTY = (
+    CLIP_STATES.index(name) for name in ("none", "clip_low", "clip_high", "dual", "masked",
+                                         "trunc_low", "trunc_high", "kl_penalty"))
+NO_GRADIENT = tuple(CLIP_STATES.index(name) for name in NO_GRADIENT_STATES)
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 

@@ -420,7 +420,7 @@ class ProjectGRPOTrainer(GRPOTrainer):
         self._micro = []
         done = self.state.global_step  # already counts this update
         index = (done - 1) % self.updates_per_rollout
-        record = combine_records(records)
+        record = combine_records(records, self.objective.traits)
         gn = self._last_grad_norm
         record.update(step=self._rollout_step, update=index, global_update=done - 1,
                       policy_lag=index, grad_norm=gn if gn is not None and math.isfinite(gn) else None,
@@ -500,17 +500,17 @@ class ProjectGRPOTrainer(GRPOTrainer):
         }
 
     def _open_run_dir(self) -> None:
-        from src.telemetry import RunWriter, git_commit, now_iso, package_versions
+        from src.run_vocab import run_meta
+        from src.telemetry import RunWriter
 
         done_steps = self.state.global_step // self.updates_per_rollout
         if not self.accelerator.is_main_process:
             return
-        meta = {"git_commit": git_commit(), "versions": package_versions(VERSIONED),
-                "device": str(self.accelerator.device),
-                "num_processes": self.accelerator.num_processes, "start_time": now_iso(),
-                "method": self.method.name, "experiment": self._experiment,
-                "staleness": self.staleness, "seed": int(self.args.seed), "engine": "trl",
-                "resumed_at_step": done_steps or None}
+        meta = run_meta(versioned=VERSIONED, device=self.accelerator.device,
+                        method=self.method.name, experiment=self._experiment,
+                        staleness=self.staleness, seed=int(self.args.seed),
+                        resumed_at_step=done_steps or None, engine="trl",
+                        num_processes=self.accelerator.num_processes)
         self._meta = meta
         # A fresh start (-1) drops what a crashed earlier run left; a resume keeps the steps
         # its checkpoint covers (TRL regenerates a rollout cut by the checkpoint).
@@ -521,7 +521,7 @@ class ProjectGRPOTrainer(GRPOTrainer):
         self._writer.set_status("running")
 
     def _close_run_dir(self, error: BaseException | None) -> None:
-        from src.telemetry import now_iso
+        from src.run_vocab import now_iso
 
         if self._writer is None:
             return

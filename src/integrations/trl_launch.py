@@ -23,12 +23,26 @@ from trl import GRPOConfig
 from src.integrations.trl_grpo import ProjectGRPOTrainer, trl_knobs
 
 
+def project_config(cfg: dict, *, seed: int, max_new_tokens: int, temperature: float,
+                   top_p: float):
+    """The project's config (src/config.py) for what a TRL run shares with `python -m
+    src.run`: the launch config's model, task and eval, TRL's sampling, and the project's
+    defaults for everything the launch config leaves out."""
+    from src.config import validate
+
+    return validate({"seed": seed, "cache_dir": cfg.get("cache_dir", ".cache"),
+                     "model": dict(cfg.get("model") or {}),
+                     "task": dict(cfg.get("task") or {}),
+                     "rollout": {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                                 "top_p": top_p},
+                     "eval": dict(cfg.get("eval") or {})})
+
+
 def build_trainer(cfg: dict) -> ProjectGRPOTrainer:
     """A ready trainer from the launch config (conf/integrations/trl_grpo.yaml format)."""
     from datasets import Dataset
 
     from src.build import build_evaluator, prompt_formatter
-    from src.config import validate
     from src.tasks import get_task
 
     trl_kwargs = dict(cfg.get("trl") or {})
@@ -41,12 +55,8 @@ def build_trainer(cfg: dict) -> ProjectGRPOTrainer:
     if not args.max_steps or args.max_steps <= 0:
         raise ValueError("trl.max_steps must be > 0 (optimizer steps = rollout steps * staleness * epochs)")
     method = cfg.get("method", "bapo")
-    project = validate({"seed": args.seed, "cache_dir": cfg.get("cache_dir", ".cache"),
-                        "model": dict(cfg.get("model") or {}),
-                        "task": dict(cfg.get("task") or {}),
-                        "rollout": {"max_new_tokens": args.max_completion_length,
-                                    "temperature": args.temperature, "top_p": args.top_p},
-                        "eval": dict(cfg.get("eval") or {})})
+    project = project_config(cfg, seed=args.seed, max_new_tokens=args.max_completion_length,
+                             temperature=args.temperature, top_p=args.top_p)
     task = get_task(project.task.name, **dict(project.task.params))
     if project.model.kind == "tiny":
         from accelerate import PartialState

@@ -12,26 +12,21 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
+from src.config import MODEL_DTYPES
 
 
 def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
-    """`"bf16"`, `"bfloat16"`, `torch.bfloat16`, ... -> torch dtype; `"auto"` passes through."""
+    """A `model.dtype` name or its alias (the config's table, MODEL_DTYPES: `"bfloat16"`,
+    `"bf16"`, ...) or a torch dtype -> torch dtype; `"auto"` passes through."""
     if isinstance(dtype, torch.dtype) or dtype == "auto":
         return dtype
-    try:
-        return _DTYPES[str(dtype).lower()]
-    except KeyError:
-        raise ValueError(
-            f"model.dtype must be one of {sorted(_DTYPES)} or 'auto', got {dtype!r}"
-        ) from None
+    by_alias = {alias: name for name, alias in MODEL_DTYPES.items()}
+    name = str(dtype).lower()
+    name = by_alias.get(name, name)
+    if name not in MODEL_DTYPES:
+        names = sorted([*MODEL_DTYPES, *by_alias])
+        raise ValueError(f"model.dtype must be one of {names} or 'auto', got {dtype!r}")
+    return getattr(torch, name)
 
 
 def _looks_local(name_or_path: str) -> bool:

@@ -177,6 +177,9 @@ def test_write_report(sweep, runset, tmp_path):
 
 def test_search_outcomes_counts_each_ending():
     from analysis.search_outcomes import outcome_table
+    from src.algorithms import METHODS
+
+    traits = METHODS["bapo"].traits
 
     # Hand-made update records of one bapo run at 4x and one ppo run (left out).
     def upd(method, update, steps, reached, undefined, rho_b, rho, c_low, c_high):
@@ -207,7 +210,7 @@ def test_search_outcomes_counts_each_ending():
             upd("ppo", 1, 0, None, None, 0.2, 0.2, 0.8, 1.2),
         ]
     )
-    t = outcome_table(updates, {"r/bapo"}).set_index("updates")
+    t = outcome_table(updates, {"r/bapo"}, traits).set_index("updates")
     stale = t.loc["1..k-1 (stale)"]
     assert stale["n"] == 4
     assert (stale["at start"], stale["moved, reached"]) == (0.25, 0.25)
@@ -216,4 +219,4 @@ def test_search_outcomes_counts_each_ending():
     assert stale["c_high"] == pytest.approx((1.2 + 1.5 + 3.0 + 1.2) / 4)
     on = t.loc["0 (on-policy)"]
     assert on["n"] == 1 and on["at start"] == 1.0
-    assert outcome_table(updates.drop(columns="bapo_steps"), {"r/bapo"}).empty
+    assert outcome_table(updates.drop(columns="bapo_steps"), {"r/bapo"}, traits).empty

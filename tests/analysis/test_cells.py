@@ -8,16 +8,9 @@ from pathlib import Path
 import pytest
 
 from analysis import make_figures
-from analysis.cells import NON_NUMERIC_KEYS
 from analysis.loader import load_runs
 from analysis.report import results_table
 from analysis.summary import run_summary
-
-
-def test_non_numeric_keys_match_the_trainers():
-    from src.run_dir import NON_NUMERIC_KEYS as TRAINER_KEYS
-
-    assert NON_NUMERIC_KEYS == TRAINER_KEYS
 
 
 def test_smoke_runs_are_never_seeds_of_the_2x_cell(tmp_path, write_run):

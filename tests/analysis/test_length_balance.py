@@ -13,7 +13,7 @@ from experiments.calibration.length_balance import balance, group_lengths
 
 def _responses(group: int, rewards: list[float], lengths: list[int]) -> list[dict]:
     return [{"run_id": "r", "step": 0, "group_id": group, "response_id": group * 10 + i,
-             "reward": rw, "response_length": n} for i, (rw, n) in enumerate(zip(rewards, lengths))]
+             "reward": rw, "response_length": n} for i, (rw, n) in enumerate(zip(rewards, lengths, strict=True))]
 
 
 def test_implied_share_equals_the_directly_summed_contributions():

@@ -16,6 +16,9 @@ A method is one class in one module of this package (registered with `@register`
   states and weights; the shared `loss()` validates the inputs and aggregates J_t.
 - nothing about metrics: `src.algorithms.metrics` computes them once per update from the
   `PolicyLossOutput` of the whole mini-batch.
+- `traits` (`src.run_vocab.MethodTraits`): what analysis reads of the method (adaptive
+  bounds or not, the record keys of its decision); written into each run's config.yaml as
+  `method.traits`, so analysis never compares method names.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from torch import Tensor
 
 from src.algorithms._checks import as_bool_mask, broadcast_advantages, check_finite
 from src.algorithms.surrogate import aggregate, check_aggregation, loss_denominator
+from src.run_vocab import MethodTraits
 
 
 @dataclass
@@ -38,6 +42,16 @@ class MethodParams:
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad parameter (the message starts with it)."""
+
+    def checked(self) -> MethodParams:
+        """These parameters, validated once for their current values: a config's are checked
+        when it is read, and the methods built from them afterwards do not check them again
+        (a changed value is checked anew)."""
+        values = dataclasses.astuple(self)
+        if self.__dict__.get("_checked_values") != values:
+            self.validate()
+            self.__dict__["_checked_values"] = values
+        return self
 
     @classmethod
     def help(cls) -> dict[str, str]:
@@ -173,13 +187,14 @@ class Method:
     Params: ClassVar[type[MethodParams]]
     decides: ClassVar[bool] = False  # decide() reads the current policy's numbers
     needs_entropy: ClassVar[bool] = False  # decide() reads the current policy's entropies
+    traits: ClassVar[MethodTraits] = MethodTraits()  # what analysis reads of the method
 
     def __init__(self, params: MethodParams | None = None, *, aggregation: str = "token-mean",
                  norm_length: int | None = None):
         params = self.Params() if params is None else params
         if not isinstance(params, self.Params):
             raise TypeError(f"{self.name} takes {self.Params.__name__}, got {type(params).__name__}")
-        params.validate()
+        params.checked()
         check_aggregation(aggregation)
         self.params, self.aggregation, self.norm_length = params, aggregation, norm_length
 

@@ -24,32 +24,43 @@ from src.algorithms.methods._base import (
     register,
 )
 from src.algorithms.methods._clipped import DUAL_HELP, clipped_objective
+from src.run_vocab import MethodTraits
 
 SECTION = "paper section 5.1"
 
 
+PAPER = search.BapoGrid()  # the search's defaults, written once in src/algorithms/bapo.py
+
+
 @dataclass
 class BapoParams(MethodParams):
-    rho0: float = param(0.4, "target share of the policy-gradient magnitude on A>0 tokens", SECTION)
-    low_start: float = param(0.6, "c_low at the start of the search (a-)", SECTION)
-    low_max: float = param(0.9, "largest c_low the search may reach (b-)", SECTION)
-    high_start: float = param(1.2, "c_high at the start of the search (a+)", SECTION)
-    high_max: float = param(3.0, "largest c_high the search may reach (b+)", SECTION)
-    high_step: float = param(0.05, "c_high step (delta1)", SECTION)
-    low_step: float = param(0.02, "c_low step (delta2)", SECTION)
-    contribution: str = param("gradient", "gradient: rho is the A>0 share of sum |r A| over "
+    """The search's grid (`grid`, a `BapoGrid`), and how the method runs it."""
+
+    rho0: float = param(PAPER.rho0, "target share of the policy-gradient magnitude on A>0 tokens",
+                        SECTION)
+    low_start: float = param(PAPER.low_start, "c_low at the start of the search (a-)", SECTION)
+    low_max: float = param(PAPER.low_max, "largest c_low the search may reach (b-)", SECTION)
+    high_start: float = param(PAPER.high_start, "c_high at the start of the search (a+)", SECTION)
+    high_max: float = param(PAPER.high_max, "largest c_high the search may reach (b+)", SECTION)
+    high_step: float = param(PAPER.high_step, "c_high step (delta1)", SECTION)
+    low_step: float = param(PAPER.low_step, "c_low step (delta2)", SECTION)
+    contribution: str = param(PAPER.contribution, "gradient: rho is the A>0 share of sum |r A| over "
                               "unclipped tokens; value: literal Eq. 8 (surrogate values)")
     weights: str = param("uniform", "uniform | rollout_prob: w_t = exp(logp_b), as Eq. 8 prints it")
-    order: str = param("paper", "paper: Algorithm 1 (c_high first); official: the verl recipe "
+    order: str = param(PAPER.order, "paper: Algorithm 1 (c_high first); official: the verl recipe "
                        "(c_low first, to its max, then c_high)")
     search: str = param("fast", "fast | reference: the literal loop (same result, slower)")
     dual_clip_c: float | None = param(None, DUAL_HELP)
 
+    @property
+    def grid(self) -> search.BapoGrid:
+        """The search these parameters describe, made (and so checked) once per values."""
+        return self.checked().__dict__["_grid"]
+
     def validate(self) -> None:
         check_bounds(self.low_start, self.high_start, name="low_start")
         check_dual_clip(self.dual_clip_c)
-        search.check_grid(self.rho0, self.low_start, self.low_max, self.high_start, self.high_max,
-                          self.high_step, self.low_step, self.contribution, self.order)
+        self.__dict__["_grid"] = search.grid_from(self)  # a BapoGrid checks itself when made
         check_in("weights", self.weights, ("uniform", "rollout_prob"))
         if self.search not in ("fast", "reference"):
             raise ValueError(f"search must be 'fast' or 'reference', got {self.search!r}")
@@ -62,6 +73,13 @@ class Bapo(Method):
     name = "bapo"
     Params = BapoParams
     decides = True
+    traits = MethodTraits(adaptive_bounds=True, target="rho0", measure="rho",
+                          measure_at_start="rho_before", moved="bapo_steps",
+                          reached="bapo_reached", undefined="bapo_undefined")
+
+    def __init__(self, params: BapoParams | None = None, **shared) -> None:
+        super().__init__(params, **shared)
+        self.grid = self.params.grid  # every decision searches this one grid
 
     def decide(self, inputs: DecisionInputs) -> Decision:
         """Mergeable: the search reads the whole mini-batch's masked tokens at once."""
@@ -75,15 +93,13 @@ class Bapo(Method):
             # in rho (they stay in the mask: A != 0 but all clipped means rho = 0, not undefined).
             keep = ~((adv < 0) & (ratio > p.dual_clip_c))
             w = keep.to(ratio.dtype) if w is None else torch.where(keep, w, 0.0)
-        grid = dict(rho0=p.rho0, low_start=p.low_start, low_max=p.low_max,
-                    high_start=p.high_start, high_max=p.high_max, high_step=p.high_step,
-                    low_step=p.low_step, contribution=p.contribution, order=p.order)
         if p.search == "fast":  # inputs are validated: search the masked tokens directly
             r = ratio[mask].double()
             found = search.search_tokens(r, adv[mask].double(),
-                                         torch.ones_like(r) if w is None else w[mask].double(), **grid)
+                                         torch.ones_like(r) if w is None else w[mask].double(),
+                                         self.grid)
         else:
-            found = search.adaptive_bounds_reference(ratio, adv, mask, weights=w, **grid)
+            found = search.adaptive_bounds_reference(ratio, adv, mask, self.grid, weights=w)
         return self._decision(found)
 
     def given_decision(self, *, bounds: search.BoundsResult | None = None, **rest) -> Decision:

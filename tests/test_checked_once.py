@@ -1,0 +1,40 @@
+"""Each check has one home and runs once: BAPO's grid once per config, model.dtype against
+one list."""
+
+from __future__ import annotations
+
+import pytest
+
+from src.config import ConfigError
+from src.integrations._common import resolve_method
+from tests.conftest import compose
+
+
+def test_a_config_checks_bapos_grid_once(monkeypatch):
+    from src.algorithms import bapo as search
+
+    calls = []
+    real = search.check_grid
+    monkeypatch.setattr(search, "check_grid", lambda grid: (calls.append(grid), real(grid))[1])
+    method = compose(["method=bapo"]).method  # src.run: the config, then the trainer's build
+    method.build(), method.build()
+    assert len(calls) == 1
+    calls.clear()
+    resolved = resolve_method("bapo")  # the plugs: resolve, then build per engine
+    resolved.build(), resolved.build()
+    assert len(calls) == 1
+    method.params.rho0 = 0.3  # a changed value is checked anew
+    assert method.build().grid.rho0 == 0.3 and len(calls) == 2
+
+
+def test_model_dtype_is_checked_against_one_list():
+    from src.config import MODEL_DTYPES
+    from src.models.hf import parse_dtype
+
+    for name, alias in MODEL_DTYPES.items():
+        assert compose([f"model.dtype={name}"]).model.dtype == name
+        assert str(parse_dtype(name)) == str(parse_dtype(alias)) == f"torch.{name}"
+    with pytest.raises(ConfigError, match="model.dtype"):
+        compose(["model.dtype=float64"])
+    with pytest.raises(ValueError, match="model.dtype"):
+        parse_dtype("float64")

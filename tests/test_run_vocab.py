@@ -1,0 +1,64 @@
+"""The run-dir vocabulary lives in one module that analysis/ can import without torch or
+Hydra, and every other name is derived from its clip-state list."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import torch
+
+from src import run_vocab
+from src.algorithms.surrogate import carries_gradient
+from tests.conftest import REPO
+
+DEFINED_ONCE = ("CLIP_STATES", "NO_GRADIENT_STATES", "STATE_FRACTIONS", "STEP_MEAN_KEYS",
+                "NON_NUMERIC_KEYS", "ADDED_SECTIONS", "LEGACY_METHOD_PARAMS")
+
+
+def test_importing_the_vocabulary_imports_neither_torch_nor_hydra():
+    code = ("import sys; import src.run_vocab; "
+            "print(sorted(m for m in ('torch', 'hydra', 'omegaconf') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_analysis_reads_the_vocabulary_without_torch():
+    code = ("import sys; import analysis.loader, analysis.fig_tokens; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_no_module_keeps_its_own_copy_of_the_vocabulary():
+    defines = re.compile(rf"^({'|'.join(DEFINED_ONCE)})\s*=", re.M)
+    hits = [str(p.relative_to(REPO)) for where in ("src", "analysis")
+            for p in sorted((REPO / where).rglob("*.py"))
+            if p.name != "run_vocab.py" and defines.search(p.read_text())]
+    assert hits == []
+
+
+def test_every_state_but_none_has_a_step_mean_fraction():
+    for state in run_vocab.CLIP_STATES[1:]:
+        assert state.fraction in run_vocab.STATE_FRACTIONS
+        assert state.fraction in run_vocab.STEP_MEAN_KEYS
+
+
+def test_the_gradient_rule_is_the_states_flag():
+    codes = torch.arange(len(run_vocab.CLIP_STATES), dtype=torch.int8)
+    assert carries_gradient(codes).tolist() == [s.carries_gradient for s in run_vocab.CLIP_STATES]
+    assert run_vocab.NO_GRADIENT_STATES == ("clip_low", "clip_high", "dual", "masked")
+
+
+def test_meta_has_the_identity_then_the_engines_fields():
+    meta = run_vocab.run_meta(versioned=("pyyaml",), device="cpu", method="ppo",
+                              experiment="smoke", staleness=2, seed=1, resumed_at_step=None,
+                              engine="trl")
+    assert {k: meta[k] for k in ("device", "method", "experiment", "staleness", "seed",
+                                 "resumed_at_step", "engine")} == {
+        "device": "cpu", "method": "ppo", "experiment": "smoke", "staleness": 2, "seed": 1,
+        "resumed_at_step": None, "engine": "trl"}
+    assert {"git_commit", "versions", "start_time"} <= set(meta)
