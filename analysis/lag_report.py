@@ -182,7 +182,9 @@ def _markdown(s, claims, figures, skipped, warm, ppo_updates) -> str:
     ]
     shares = ratio_shares(ppo_updates) if not ppo_updates.empty else pd.DataFrame()
     if not shares.empty:
-        order = shares.drop_duplicates("lag").sort_values("lag_low")["lag"]
+        firsts = shares.drop_duplicates("lag")
+        # lag 0 (on-policy) before 0-3 (the paper's 4x): by low end, then by width
+        order = firsts.assign(w=firsts["lag"].str.len()).sort_values(["lag_low", "w"])["lag"]
         off = outside_clip(shares).unstack("sign").reindex(order).round(4)
         off.columns = [f"outside, {c}" for c in off.columns]
         share = positive_share_by_lag(ppo_updates).reindex(order)

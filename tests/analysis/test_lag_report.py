@@ -96,15 +96,15 @@ def test_paired_rows_are_per_seed_differences_with_a_t_interval():
 
 def test_claim_verdicts_follow_the_paired_interval():
     held = lag_claims(_summary((0.10, 0.12, 0.11)), pd.DataFrame()).set_index("claim")
-    assert held.loc["bapo beats ppo where the clip binds (lag 16-19)", "verdict"] == "held"
+    assert held.loc["bapo beats ppo at lag 16-19", "verdict"] == "held"
     # clip_higher's entropy drift is 0.0 against ppo's -0.01 on every seed: a constant
     # +0.01 difference has a zero-width interval above 0
     entropy = "raising c_high slows the entropy drop (clip_higher vs ppo, lag 16-19)"
     assert held.loc[entropy, "verdict"] == "held"
     worse = lag_claims(_summary((-0.10, -0.12, -0.11)), pd.DataFrame()).set_index("claim")
-    assert worse.loc["bapo beats ppo where the clip binds (lag 16-19)", "verdict"] == "not held"
+    assert worse.loc["bapo beats ppo at lag 16-19", "verdict"] == "not held"
     mixed = lag_claims(_summary((0.10, -0.12, 0.01)), pd.DataFrame()).set_index("claim")
-    assert mixed.loc["bapo beats ppo where the clip binds (lag 16-19)", "verdict"] == "not settled"
+    assert mixed.loc["bapo beats ppo at lag 16-19", "verdict"] == "not settled"
     # sweeps not run: rows say so instead of vanishing
     assert held.loc["decoupled beats naive (coupled) ppo at lag 16-19", "verdict"] == "no data"
     assert "corrections" in held.loc["decoupled beats naive (coupled) ppo at lag 16-19", "note"]
@@ -139,7 +139,7 @@ def test_report_cli_writes_claims_tables_and_figures(tmp_path, write_run):
     out = tmp_path / "out"
     assert lag_report_main(["--runs", str(root), "--pilots", "none", "--out", str(out)]) == 0
     text = (out / "REPORT.md").read_text()
-    assert "bapo beats ppo where the clip binds (lag 8-11)" in text
+    assert "bapo beats ppo at lag 8-11, ppo clips " in text
     claims = pd.read_csv(out / "lag_claims.csv")
     assert set(claims["verdict"]) <= {"held", "not held", "not settled", "no data"}
     for name in ("lag_training", "lag_forest", "lag_bapo"):
