@@ -65,19 +65,20 @@ def lag_claims(s: pd.DataFrame, updates: pd.DataFrame) -> pd.DataFrame:
         ppo = _cell(s, BASELINE, lag)
         clip = ppo["steady_clip_frac"].mean() if "steady_clip_frac" in ppo else float("nan")
         where = f"lag {lag}, ppo clips {clip:.1%}" if clip == clip else f"lag {lag}"
+        grid = f"lag{lag.split('-')[0]}"  # experiments/sweeps.yaml names a lag grid by its low end
         rows.append(_compare(
             f"bapo beats ppo at {where}",
             "4x AIME24: bapo 62.0 vs ppo 54.2 (Fig. 11)", s, (PROPOSED, lag, "coupled"),
-            (BASELINE, lag, "coupled"), "final_greedy_acc", UP, "lag grid"))
+            (BASELINE, lag, "coupled"), "final_greedy_acc", UP, grid))
         rows.append(_compare(
             f"bapo beats clip_higher at {where}",
             "4x AIME24: bapo 62.0 vs clip-higher 59.2 (Fig. 11)", s, (PROPOSED, lag, "coupled"),
-            (CLIP_HIGHER, lag, "coupled"), "final_greedy_acc", UP, "lag grid"))
+            (CLIP_HIGHER, lag, "coupled"), "final_greedy_acc", UP, grid))
         rows.append(_compare(
             f"raising c_high slows the entropy drop (clip_higher vs ppo, lag {lag})",
             "entropy stays higher with clip-higher (Sec. 3, Fig. 3)", s,
             (CLIP_HIGHER, lag, "coupled"), (BASELINE, lag, "coupled"), "entropy_drift", UP,
-            "lag grid"))
+            grid))
         rows.append(_share_claim(updates, lag))
     for lag in lags:
         rows.append(_compare(
@@ -100,7 +101,7 @@ def _share_claim(updates: pd.DataFrame, lag: str) -> Claim:
     u = updates if updates.empty else updates[(updates["method"] == PROPOSED)
                                               & (updates["lag"] == lag)]
     if u.empty:
-        c.note = "sweep `lag grid` has not run bapo at this lag yet"
+        c.note = f"sweep `lag{lag.split('-')[0]}` has not run bapo at this lag yet"
         return c
     rho = pd.to_numeric(u["rho"], errors="coerce")
     kept = (rho >= 0.4).groupby(u["seed"]).mean()
