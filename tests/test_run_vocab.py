@@ -3,6 +3,7 @@ Hydra, and every other name is derived from its clip-state list."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -14,23 +15,24 @@ from src.algorithms.surrogate import carries_gradient
 from tests.conftest import REPO
 
 DEFINED_ONCE = ("CLIP_STATES", "NO_GRADIENT_STATES", "STATE_FRACTIONS", "STEP_MEAN_KEYS",
-                "NON_NUMERIC_KEYS", "ADDED_SECTIONS", "LEGACY_METHOD_PARAMS")
+                "NON_NUMERIC_KEYS", "ADDED_SECTIONS", "LEGACY_METHOD_PARAMS", "RATIO_BIN_EDGES")
+
+
+def _loaded_after(imports: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of `modules` a fresh interpreter has loaded after `imports`."""
+    code = f"import sys; {imports}; print(sorted(m for m in {modules!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True)
+    return ast.literal_eval(out.stdout.strip())
 
 
 def test_importing_the_vocabulary_imports_neither_torch_nor_hydra():
-    code = ("import sys; import src.run_vocab; "
-            "print(sorted(m for m in ('torch', 'hydra', 'omegaconf') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         check=True)
-    assert out.stdout.strip() == "[]"
+    assert _loaded_after("import src.run_vocab", ("torch", "hydra", "omegaconf")) == []
 
 
 def test_analysis_reads_the_vocabulary_without_torch():
-    code = ("import sys; import analysis.loader, analysis.fig_tokens; "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         check=True)
-    assert out.stdout.strip() == "False"
+    imports = "import analysis.loader, analysis.fig_tokens, analysis.fig_lag"
+    assert _loaded_after(imports, ("torch",)) == []
 
 
 def test_no_module_keeps_its_own_copy_of_the_vocabulary():
