@@ -38,8 +38,11 @@ FOREST_METRICS = {
 }
 
 
-def _lag_order(labels: pd.Series, low: pd.Series) -> list[str]:
-    return list(pd.DataFrame({"l": labels, "o": low}).drop_duplicates("l").sort_values("o")["l"])
+def lag_order(labels: pd.Series, low: pd.Series) -> list[str]:
+    """Lag labels by their low end; on a tie the narrower first (on-policy "0" before the
+    paper's "0-3")."""
+    d = pd.DataFrame({"l": labels, "o": low}).drop_duplicates("l")
+    return list(d.assign(w=d["l"].str.len()).sort_values(["o", "w"])["l"])
 
 
 def _lag_palette(order: list[str]) -> dict[str, tuple]:
@@ -53,13 +56,13 @@ SMOOTH_STEPS = 5  # per-step values of one seed swing by half their range; a rol
 def fig_lag_training(steps: pd.DataFrame, lags: pd.DataFrame, opts: Options,
                      note: str = "") -> FigureResult:
     """`steps`: step records of ppo runs; `lags`: lag_table rows of those runs."""
-    d = steps.merge(lags[["run_id", "lag", "lag_low", "lag_high"]], on="run_id")
+    d = steps.merge(lags[["run_id", "lag", "lag_low"]], on="run_id")
     d = d.sort_values(["run_id", "step"])
     for metric in TRAINING_METRICS:
         d[metric] = pd.to_numeric(d[metric], errors="coerce").groupby(d["run_id"]).transform(
             lambda s: s.rolling(SMOOTH_STEPS, min_periods=1).mean())
     require(not d.empty, "no ppo runs with a lag")
-    order = _lag_order(d["lag"], d["lag_low"] + d["lag_high"].fillna(0) * 1e-6)  # 0 before 0-3
+    order = lag_order(d["lag"], d["lag_low"])
     colours = _lag_palette(order)
     fig, axes = plt.subplots(1, len(TRAINING_METRICS), figsize=(4.2 * len(TRAINING_METRICS), 3.6))
     rows = []
@@ -111,7 +114,7 @@ def outside_clip(shares: pd.DataFrame) -> pd.Series:
 def fig_lag_ratios(updates: pd.DataFrame, opts: Options, note: str = "") -> FigureResult:
     d = ratio_shares(updates)
     require(not d.empty, "no ratio histograms in the update records")
-    order = _lag_order(d["lag"], d["lag_low"])
+    order = lag_order(d["lag"], d["lag_low"])
     colours = _lag_palette(order)
     off = outside_clip(d)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
@@ -169,7 +172,7 @@ def fig_lag_bapo(updates: pd.DataFrame, traits: dict[str, MethodTraits], opts: O
     `lag`, `lag_low`, `method` and `rho0` (the method's target share) columns."""
     require(not updates.empty, "no bapo runs with a lag")
     table = search_by_lag(updates, traits)
-    order = _lag_order(table["lag"], table["lag_low"])
+    order = lag_order(table["lag"], table["lag_low"])
     methods = style.method_order(table["method"].unique())
     cells = [(m, lag) for lag in order for m in methods
              if ((table["method"] == m) & (table["lag"] == lag)).any()]
@@ -238,7 +241,7 @@ def paired_rows(summary: pd.DataFrame, reference: str = style.BASELINE) -> pd.Da
 def fig_lag_forest(summary: pd.DataFrame, opts: Options, note: str = "") -> FigureResult:
     d = paired_rows(summary)
     require(not d.empty and d["n"].max() > 0, "no method shares seeds with ppo at any lag")
-    order = _lag_order(d["lag"], d["lag_low"])
+    order = lag_order(d["lag"], d["lag_low"])
     methods = style.method_order(d["method"].unique())
     colours = style.method_palette(methods)
     labels = [(lag, m) for lag in order for m in methods
@@ -287,7 +290,7 @@ def fig_lag_corrections(summary: pd.DataFrame, opts: Options, on_policy: float |
     t = corrections_table(summary)
     require(not t.empty and t["anchor"].nunique() > 1,
             "no ppo runs under more than one anchor (the corrections sweep)")
-    order = _lag_order(t["lag"], t["lag_low"])
+    order = lag_order(t["lag"], t["lag_low"])
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, anchor in enumerate(a for a in ANCHOR_STYLE if a in set(t["anchor"])):
         colour, marker = ANCHOR_STYLE[anchor]

@@ -30,6 +30,7 @@ from analysis.fig_lag import (  # noqa: E402
     fig_lag_forest,
     fig_lag_ratios,
     fig_lag_training,
+    lag_order,
     outside_clip,
     ratio_shares,
 )
@@ -182,9 +183,7 @@ def _markdown(s, claims, figures, skipped, warm, ppo_updates) -> str:
     ]
     shares = ratio_shares(ppo_updates) if not ppo_updates.empty else pd.DataFrame()
     if not shares.empty:
-        firsts = shares.drop_duplicates("lag")
-        # lag 0 (on-policy) before 0-3 (the paper's 4x): by low end, then by width
-        order = firsts.assign(w=firsts["lag"].str.len()).sort_values(["lag_low", "w"])["lag"]
+        order = lag_order(shares["lag"], shares["lag_low"])
         off = outside_clip(shares).unstack("sign").reindex(order).round(4)
         off.columns = [f"outside, {c}" for c in off.columns]
         share = positive_share_by_lag(ppo_updates).reindex(order)
@@ -197,7 +196,7 @@ def _markdown(s, claims, figures, skipped, warm, ppo_updates) -> str:
                   md_table(table.astype(object).fillna("—")), ""]
     corr = corrections_table(s)
     if corr["anchor"].nunique() > 1 if not corr.empty else False:
-        order = corr.drop_duplicates("lag").sort_values("lag_low")["lag"]
+        order = lag_order(corr["lag"], corr["lag_low"])
         cell = corr.assign(text=[fmt_ci(m, lo, hi, n) for m, lo, hi, n in
                                  corr[["mean", "low", "high", "n"]].itertuples(index=False)])
         wide = cell.pivot(index="anchor", columns="lag", values="text").reindex(columns=order)

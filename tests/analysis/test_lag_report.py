@@ -184,3 +184,10 @@ def test_positive_share_by_lag_counts_updates_below_rho0():
     assert t.loc["0-3", "mean rho"] == pytest.approx(0.41)
     assert t.loc["0-3", "runs"] == 2
     assert t.loc["16-19", "mean rho"] == pytest.approx(0.6)  # a missing rho is not a value
+
+
+def test_lag_order_puts_the_narrower_lag_first_on_a_tie():
+    from analysis.fig_lag import lag_order
+
+    labels = pd.Series(["16-19", "0-3", "0", "4-7", "0-3"])
+    assert lag_order(labels, pd.Series([16, 0, 0, 4, 0])) == ["0", "0-3", "4-7", "16-19"]
