@@ -40,6 +40,7 @@ from analysis.lag_runs import (  # noqa: E402
     lag_summary,
     lag_table,
     steady_updates,
+    warm_start,
 )
 from analysis.loader import RunSet, load_runs  # noqa: E402
 from analysis.plotting import Options, SkipFigure  # noqa: E402
@@ -103,7 +104,10 @@ def cell_table(s: pd.DataFrame) -> pd.DataFrame:
 
 
 def write(runs: RunSet, pilots: RunSet | None, opts: Options) -> Path:
-    warm = check_one_warm_start(runs if pilots is None else _joined(runs, pilots))
+    warm = check_one_warm_start(runs)
+    if pilots is not None:  # pilots of another build would mix warm starts in one figure
+        pilots = pilots.subset(lambda r: warm_start(r) == warm)
+        pilots = pilots if pilots.runs else None
     opts.out.mkdir(parents=True, exist_ok=True)
     style.setup()
     s = lag_summary(runs)
@@ -150,10 +154,6 @@ def positive_share_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
 def _on_policy(s: pd.DataFrame) -> float | None:
     on = s[(s["method"] == style.BASELINE) & (s["lag"] == "0") & (s["anchor"] == "coupled")]
     return float(on["final_greedy_acc"].mean()) if len(on) else None
-
-
-def _joined(a: RunSet, b: RunSet) -> RunSet:
-    return RunSet(a.runs + b.runs, a.steps, a.updates, a.evals, a.messages, a.skipped)
 
 
 def _markdown(s, claims, figures, skipped, warm, ppo_updates) -> str:

@@ -70,17 +70,25 @@ def lag_of(run: Run) -> Lag | None:
 
 
 def warm_start(run: Run) -> str | None:
-    """The warm start's cache key (meta.json), or None when the run does not say."""
+    """The warm-start build the run started from: the cache key and, where meta.json records
+    it (runs since the digest was added), the digest of its weights; None when the run says
+    neither. The key alone names the build's inputs: the SFT behind one key rounds
+    differently on another CPU, so runs of one key made on two machines differ in their
+    digests (an older run, without one, is told apart only by its key)."""
     try:
         meta = json.loads((run.path / "meta.json").read_text())
     except (OSError, ValueError):
         return None
     ws = meta.get("warm_start")
-    return str(ws).rstrip("/").rsplit("/", 1)[-1] if ws else None
+    key = str(ws).rstrip("/").rsplit("/", 1)[-1] if ws else None
+    digest = meta.get("warm_start_weights")
+    if key is None:
+        return None
+    return f"{key} (weights {digest})" if digest else key
 
 
 def check_one_warm_start(runs: RunSet) -> str:
-    """The one warm start every run shares; ValueError naming the runs when they differ.
+    """The one warm-start build every run shares; ValueError naming the runs when they differ.
 
     Accuracy differences between warm starts are not lag effects: this machine's build of
     the warm start can differ from another's (other CPUs round differently)."""

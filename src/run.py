@@ -161,7 +161,7 @@ def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, loc
                     resumed_at_step=state.step if payload is not None else None,
                     cpu=platform.processor() or platform.machine(), threads=cfg.train.threads,
                     omp_wait=dict(WAIT_CHOICE), staleness_mode=cfg.train.staleness_mode,
-                    warm_start=info.get("path"),
+                    warm_start=info.get("path"), warm_start_weights=info.get("weights_sha256"),
                     overrides=list(overrides) if overrides is not None else None)
     writer = RunWriter(run_dir, config_dict, meta, wandb_run=wandb_run,
                        resume_at_step=state.step if payload is not None else -1)

@@ -213,6 +213,10 @@ def test_warm_start_caches_and_reuses(task, tmp_path, capsys):
     assert capsys.readouterr().out == ""  # a cache hit builds nothing and says nothing
     assert (entry / "info.json").stat().st_mtime_ns == mtime
     assert _weights_equal(m1, m2)
+    # the digest runs record: the sha256 of the weights file on disk, the same on a cache hit
+    import hashlib
+    on_file = hashlib.sha256((entry / "model.safetensors").read_bytes()).hexdigest()[:16]
+    assert info1["weights_sha256"] == info2["weights_sha256"] == on_file
     assert t2("3+4=?\n")["input_ids"] == t1("3+4=?\n")["input_ids"]
     assert t2.padding_side == "left"
 

@@ -215,7 +215,8 @@ def warm_start(
     }
     _save_atomically(final, model, tokenizer, info)
     model.eval()
-    return model, tokenizer, {**info, "cache_hit": False, "path": str(final)}
+    return model, tokenizer, {**info, "cache_hit": False, "path": str(final),
+                              "weights_sha256": weights_digest(final)}
 
 
 def _synchronize(device: torch.device | str) -> None:
@@ -462,10 +463,23 @@ def _save_atomically(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def weights_digest(path: Path) -> str:
+    """The first 16 hex digits of the sha256 of the entry's weights file(s).
+
+    The cache key names the build's inputs, not its output: SFT on another CPU rounds
+    differently (AVX2 and AVX-512 builds of one key differed by 0.03 in greedy accuracy), so
+    runs record this digest to show which build they started from."""
+    h = hashlib.sha256()
+    for f in sorted(Path(path).glob("*.safetensors")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _load(path: Path, *, cache_hit: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, dict]:
     info = json.loads((path / "info.json").read_text())
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()
-    return model, tokenizer, {**info, "cache_hit": cache_hit, "path": str(path)}
+    return model, tokenizer, {**info, "cache_hit": cache_hit, "path": str(path),
+                              "weights_sha256": weights_digest(path)}

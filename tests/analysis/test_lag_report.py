@@ -18,12 +18,16 @@ from analysis.loader import load_runs
 T975_2 = 4.302652729911275  # Student t, 97.5%, 2 degrees of freedom (3 seeds)
 
 
-def _delayed(write_run, root, method, seed, delay, warm="ws1", steps=6, staleness=4):
+def _delayed(write_run, root, method, seed, delay, warm="ws1", steps=6, staleness=4,
+             weights=None):
     cfg = {"offpolicy.source": "delay", "offpolicy.delay": delay, "offpolicy.anchor": "coupled"}
     run = write_run(root, method, staleness, seed, experiment=f"delay{delay}", steps=steps,
                     extra_config=cfg if delay else {"offpolicy.source": "fresh"})
     meta = json.loads((run.path / "meta.json").read_text())
-    (run.path / "meta.json").write_text(json.dumps({**meta, "warm_start": f".cache/warm_start/{warm}"}))
+    meta["warm_start"] = f".cache/warm_start/{warm}"
+    if weights:
+        meta["warm_start_weights"] = weights
+    (run.path / "meta.json").write_text(json.dumps(meta))
     return run
 
 
@@ -55,6 +59,27 @@ def test_runs_of_two_warm_starts_are_refused_by_name(tmp_path, write_run):
     with pytest.raises(ValueError, match="2 warm starts.*aaa.*bbb"):
         check_one_warm_start(runs)
     assert check_one_warm_start(runs.subset(lambda r: r.method == "ppo")) == "aaa"
+
+
+def test_one_key_built_on_two_machines_is_two_warm_starts(tmp_path, write_run):
+    # the key names the build's inputs; the weights digest tells two CPUs' builds apart
+    _delayed(write_run, tmp_path, "ppo", 0, 1, warm="key", weights="d1")
+    _delayed(write_run, tmp_path, "bapo", 0, 1, warm="key", weights="d2")
+    runs = load_runs([tmp_path])
+    with pytest.raises(ValueError, match=r"2 warm starts.*key \(weights d1\).*key \(weights d2\)"):
+        check_one_warm_start(runs)
+
+
+def test_pilots_of_another_build_are_left_out_of_the_report(tmp_path, write_run):
+    for seed in range(2):
+        _delayed(write_run, tmp_path / "runs", "ppo", seed, 1, weights="d1")
+    _delayed(write_run, tmp_path / "pilots", "ppo", 0, 4, weights="d2")
+    out = tmp_path / "out"
+    assert lag_report_main(["--runs", str(tmp_path / "runs"), "--pilots",
+                            str(tmp_path / "pilots"), "--out", str(out)]) == 0
+    s = pd.read_csv(out / "lag_summary.csv")
+    assert set(s["lag"]) == {"4-7"}  # the pilot at 16-19 (another build) is not in it
+    assert "16-19" not in (out / "REPORT.md").read_text()
 
 
 def test_ratio_shares_sum_histograms_then_normalise():
