@@ -6,10 +6,13 @@ from typing import Any
 
 from src.tasks.arithmetic import ArithmeticTask
 from src.tasks.base import Problem, Task
+from src.tasks.guess_check import GuessCheckTask
 from src.tasks.math_dataset import GSM8KTask, Math500Task, MathDatasetTask
 
 TASKS: dict[str, type] = {
     ArithmeticTask.name: ArithmeticTask,
+    # Guess and check: failing responses can run longer than correct ones (BAPO's premise).
+    GuessCheckTask.name: GuessCheckTask,
     # GPU tasks: datasets from local files or the HF hub, scored with math-verify.
     GSM8KTask.name: GSM8KTask,
     Math500Task.name: Math500Task,

@@ -23,13 +23,12 @@ draws reject the rest, so no held-out question is ever trained on.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import random
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from src.tasks.base import Problem
+from src.tasks.base import Problem, check_constructor_params
 
 _ANSWER_TAG = "Answer:"
 # After the last "Answer:": optional spaces, an integer, an optional full stop, nothing else.
@@ -106,15 +105,7 @@ class ArithmeticTask:
         self.mix = weights
         self.eval_fraction = float(eval_fraction)
 
-    @classmethod
-    def check_params(cls, **params: Any) -> None:
-        """Raise the error the constructor would (it reads nothing, so it just runs)."""
-        valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-        unknown = sorted(set(params) - set(valid))
-        if unknown:
-            raise TypeError(f"task.params: unknown key(s) {unknown} for task {cls.name!r}; "
-                            f"valid keys: {valid}")
-        cls(**params)
+    check_params = classmethod(check_constructor_params)
 
     @property
     def config(self) -> dict[str, Any]:

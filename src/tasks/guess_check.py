@@ -1,0 +1,121 @@
+"""Find the missing addend by guess and check: `?+7=19` -> `5+7=12 low, 14+7=21 high,
+12+7=19. Answer: 12`.
+
+Why this task: the lag sweeps on chain sums found the positive-token share near 0.5 at every
+lag, because a chain sum's responses to one problem are about as long whether right or
+wrong (its length is fixed by the term count). BAPO's premise is the opposite: failing
+responses run long. Here the worked solution is a search: guess, add, say whether the sum is
+low or high, guess again inside the range that is left, and answer when the sum hits. A
+policy that searches badly needs more guesses; past the response budget it is cut off
+without an answer and fails. So, unlike chain sums, failing responses to the same problem
+can be longer than correct ones, and whether they are is measured, not assumed
+(experiments/calibration/length_balance.py).
+
+Reference solutions search at random: each guess is uniform over the values the earlier
+answers leave open, redrawn (with the same problem) until at most `max_guesses` guesses find
+it, so every worked solution fits the response budget. Difficulty is the number of guesses
+the reference took. Held-out problems are disjoint from training ones by prompt, as in
+src/tasks/arithmetic.py; the problem space is small (max_value * max_addend prompts), so the
+held-out stream repeats its prompts, each time with a fresh draw of the sampled responses.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from src.tasks.arithmetic import _ANSWER_TAG, _in_eval_partition, parse_answer
+from src.tasks.base import Problem, check_constructor_params
+
+
+class GuessCheckTask:
+    """`?+b=c` solved by guessing x, with a binary verifier on the final answer."""
+
+    name = "guess_check"
+
+    def __init__(self, seed: int = 0, max_value: int = 20, max_addend: int = 9,
+                 max_guesses: int = 5, eval_fraction: float = 0.2) -> None:
+        """
+        Args:
+            seed: selects the problem streams and the reference searches.
+            max_value: the missing addend x is in 1..max_value.
+            max_addend: the given addend b is in 1..max_addend.
+            max_guesses: the longest reference search (its solution must fit the response
+                budget: about 8 tokens a guess with the project tokenizer).
+            eval_fraction: share of the prompts reserved for the held-out stream.
+        """
+        if max_value < 2:
+            raise ValueError(f"task.params.max_value must be >= 2, got {max_value}")
+        if max_addend < 1:
+            raise ValueError(f"task.params.max_addend must be >= 1, got {max_addend}")
+        if max_guesses < 1:
+            raise ValueError(f"task.params.max_guesses must be >= 1, got {max_guesses}")
+        if not 0.0 < eval_fraction < 0.5:
+            raise ValueError(f"task.params.eval_fraction must be in (0, 0.5), got {eval_fraction}")
+        self.seed = int(seed)
+        self.max_value = int(max_value)
+        self.max_addend = int(max_addend)
+        self.max_guesses = int(max_guesses)
+        self.eval_fraction = float(eval_fraction)
+
+    check_params = classmethod(check_constructor_params)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {"name": self.name, "seed": self.seed, "max_value": self.max_value,
+                "max_addend": self.max_addend, "max_guesses": self.max_guesses,
+                "eval_fraction": self.eval_fraction}
+
+    # --- generation ---------------------------------------------------------------------
+
+    def search(self, x: int, rng: random.Random) -> list[int]:
+        """Guesses of one random search for x over 1..max_value, ending at x, with at most
+        max_guesses guesses (a longer search is redrawn)."""
+        while True:
+            lo, hi, guesses = 1, self.max_value, []
+            while not guesses or guesses[-1] != x:
+                g = rng.randint(lo, hi)
+                guesses.append(g)
+                lo, hi = (g + 1, hi) if g < x else (lo, g - 1) if g > x else (lo, hi)
+            if len(guesses) <= self.max_guesses:
+                return guesses
+
+    @staticmethod
+    def solution(guesses: list[int], addend: int, total: int) -> str:
+        steps = []
+        for g in guesses:
+            s = g + addend
+            steps.append(f"{g}+{addend}={s}" + (" low" if s < total else " high" if s > total else ""))
+        return ", ".join(steps) + f". {_ANSWER_TAG} {guesses[-1]}"
+
+    def _stream_problem(self, stream: str, index: int) -> Problem:
+        if index < 0:
+            raise ValueError(f"problem index must be >= 0, got {index}")
+        rng = random.Random(f"guess_check:{self.seed}:{stream}:{index}")
+        want_eval = stream == "eval"
+        for _ in range(10_000):
+            x, b = rng.randint(1, self.max_value), rng.randint(1, self.max_addend)
+            prompt = f"?+{b}={x + b}\n"
+            if _in_eval_partition(prompt, self.eval_fraction) == want_eval:
+                guesses = self.search(x, rng)
+                return Problem(prompt=prompt, answer=str(x),
+                               solution=self.solution(guesses, b, x + b),
+                               difficulty=len(guesses), index=index)
+        raise RuntimeError(  # only reachable with a tiny problem space
+            f"could not draw a {stream} problem for index {index}; the problem space is too "
+            "small for task.params.eval_fraction (raise task.params.max_value or max_addend)")
+
+    # --- Task protocol ------------------------------------------------------------------
+
+    def problem(self, index: int) -> Problem:
+        return self._stream_problem("train", index)
+
+    def eval_problems(self, n: int) -> list[Problem]:
+        return [self._stream_problem("eval", i) for i in range(n)]
+
+    def score(self, problem: Problem, response: str) -> float:
+        got = parse_answer(response)
+        return 1.0 if got is not None and got == int(problem.answer) else 0.0
+
+    def corpus(self, n: int) -> list[str]:
+        return [p.prompt + p.solution for p in (self.problem(i) for i in range(n))]
