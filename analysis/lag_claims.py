@@ -46,7 +46,7 @@ def _compare(claim: str, paper: str, s: pd.DataFrame, a: tuple, b: tuple, col: s
     ca, cb = _cell(s, *a), _cell(s, *b)
     c.experiments = ", ".join(sorted(set(ca["experiment"]) | set(cb["experiment"])))
     if ca.empty or cb.empty:
-        c.note = f"sweep `{sweep}` has not run these cells yet"
+        c.note = f"no runs of these cells here (sweep `{sweep}`)"
         return c
     return paired(c, _by_seed(ca, col), _by_seed(cb, col), (_name(a), _name(b)), direction)
 
@@ -101,7 +101,7 @@ def _share_claim(updates: pd.DataFrame, lag: str) -> Claim:
     u = updates if updates.empty else updates[(updates["method"] == PROPOSED)
                                               & (updates["lag"] == lag)]
     if u.empty:
-        c.note = f"sweep `lag{lag.split('-')[0]}` has not run bapo at this lag yet"
+        c.note = f"no bapo runs at this lag here (sweep `lag{lag.split('-')[0]}`)"
         return c
     rho = pd.to_numeric(u["rho"], errors="coerce")
     kept = (rho >= 0.4).groupby(u["seed"]).mean()
@@ -122,7 +122,8 @@ def _m2po_claim(s: pd.DataFrame) -> Claim:
     on = s[(s["method"] == BASELINE) & (s["lag"] == "0")]
     m2 = s[s["method"] == LARGE_LAG_PEER]
     if m2.empty or on.empty:
-        c.note = "sweep `large_lag` has not run yet" if m2.empty else "no on-policy ppo control"
+        c.note = ("no m2po runs here (sweep `large_lag`)" if m2.empty
+                  else "no on-policy ppo control here")
         return c
     lag = m2.sort_values("lag_low")["lag"].iloc[-1]
     m2 = m2[m2["lag"] == lag]

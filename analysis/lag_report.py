@@ -1,13 +1,16 @@
 """The lag sweeps' report: figures, tables and claim rows from the lag runs.
 
     python analysis/lag_report.py                         # experiments/lag_results -> figures/lag
+    python analysis/lag_report.py --runs experiments/lag_results_large --out figures/lag_large
     python analysis/lag_report.py --runs runs --out /tmp/lag --pilots none
 
 Reads the lag sweeps' runs (experiments/sweeps.yaml: lag4, lag16, lag64, corrections,
 large_lag, scenarios) and, for the ppo-by-lag figure, the one-seed lag pilots
-(experiments/calibration/runs/L*). Every run must come from one warm start (the report
-stops and names the runs otherwise). Writes figures/lag/{lag_*.png, REPORT.md,
-lag_summary.csv, lag_claims.csv, lag_search.csv, lag_paired.csv}.
+(experiments/calibration/runs/L*). Every run must come from one warm-start build (the report
+stops and names the runs otherwise; pilots of another build are left out), so runs made on
+another machine, or on another task, go to a root and a report of their own. Writes
+<out>/{lag_*.png, REPORT.md, lag_summary.csv, lag_claims.csv, lag_search.csv, lag_paired.csv}
+(default figures/lag/).
 """
 
 from __future__ import annotations
@@ -103,7 +106,8 @@ def cell_table(s: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index().drop(columns="lag_low").rename(columns=CELL_COLS)
 
 
-def write(runs: RunSet, pilots: RunSet | None, opts: Options) -> Path:
+def write(runs: RunSet, pilots: RunSet | None, opts: Options,
+          title: str = "Lag sweeps: where the clip binds") -> Path:
     warm = check_one_warm_start(runs)
     if pilots is not None:  # pilots of another build would mix warm starts in one figure
         pilots = pilots.subset(lambda r: warm_start(r) == warm)
@@ -136,7 +140,8 @@ def write(runs: RunSet, pilots: RunSet | None, opts: Options) -> Path:
         if f.name in ("lag_bapo", "lag_forest"):
             name = {"lag_bapo": "lag_search", "lag_forest": "lag_paired"}[f.name]
             f.data.to_csv(opts.out / f"{name}.csv", index=False)
-    text = _markdown(s, claims, figures, skipped, warm, ppo_updates)
+    tasks = ", ".join(f"`{t}`" for t in sorted({str(r.cfg("task.name", "arithmetic")) for r in runs.runs}))
+    text = _markdown(s, claims, figures, skipped, warm, ppo_updates, title, tasks)
     path = opts.out / "REPORT.md"
     path.write_text(text)
     return path
@@ -156,13 +161,13 @@ def _on_policy(s: pd.DataFrame) -> float | None:
     return float(on["final_greedy_acc"].mean()) if len(on) else None
 
 
-def _markdown(s, claims, figures, skipped, warm, ppo_updates) -> str:
+def _markdown(s, claims, figures, skipped, warm, ppo_updates, title: str, tasks: str) -> str:
     shown = claims[["claim", "paper", "measured", "verdict", "note"]]
     lines = [
-        "# Lag sweeps: where the clip binds",
+        f"# {title}",
         "",
         "Written by `python analysis/lag_report.py` from the lag sweeps' runs "
-        f"(warm start `{warm}`; every run shares it). Lags are in optimizer updates; a delay "
+        f"(task {tasks}; warm start `{warm}`; every run shares it). Lags are in optimizer updates; a delay "
         "queue's first steps train on the initial weights' rollouts and are left out of the "
         "steady numbers. Comparisons are paired by seed: held only when the paired 95% "
         "t-interval excludes 0 in the stated direction.",
@@ -219,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                         "'none': leave them out)")
     p.add_argument("--out", type=Path, default=REPO / "figures" / "lag")
     p.add_argument("--formats", nargs="+", default=["png"])
+    p.add_argument("--title", default="Lag sweeps: where the clip binds",
+                   help="the report's heading (one report per root: say what the root holds)")
     args = p.parse_args(argv)
     missing = [str(r) for r in args.runs if not r.exists()]
     if missing:
@@ -232,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = runs.subset(lambda r: r.status == "finished")
     pilots = load_runs(pilot_dirs) if pilot_dirs else None
     try:
-        path = write(runs, pilots, Options(out=args.out, formats=tuple(args.formats)))
+        path = write(runs, pilots, Options(out=args.out, formats=tuple(args.formats)), args.title)
     except ValueError as e:
         raise SystemExit(f"lag report: {e}") from None
     print(f"wrote {path}")
