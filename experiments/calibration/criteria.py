@@ -10,9 +10,11 @@
 (c) in some stale cell, bapo's search "moves and reaches" rho0 in >= 20% of its stale
     updates.
 
-Each root is judged on its own: the committed reproduction (experiments/results) and the lag
-sweeps (experiments/lag_results) were made from different builds of the warm start, so
-their cells are never compared with each other. Stale updates: updates 1..k-1 of a fresh
+Each root is judged on its own: the committed reproduction (experiments/results), the lag
+sweeps at lags 4-67 (experiments/lag_results) and those at 64-259 (lag_results_large) were
+made from three builds of one warm-start config (on three machines), and the guess-and-check runs
+(lag_results_guess) from another task's warm start, so cells of two roots are never
+compared. Stale updates: updates 1..k-1 of a fresh
 rollout, every update after a delay queue's warm-up. Definitions (final accuracy, entropy
 drift = last 5 steps minus first 5, search outcomes) are the reports' own (analysis/).
 """
@@ -40,6 +42,8 @@ CLIP_TARGET, MOVED_TARGET = 0.02, 0.20
 ROOTS = {
     "reproduction": REPO / "experiments" / "results",
     "lag sweeps": REPO / "experiments" / "lag_results",
+    "lag sweeps, lags 64-259": REPO / "experiments" / "lag_results_large",
+    "guess-and-check": REPO / "experiments" / "lag_results_guess",
 }
 HEADER = ["| root | criterion | measured (mean ± 95% half-width over seeds) | target | verdict |",
           "|---|---|---|---|---|"]

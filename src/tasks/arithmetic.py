@@ -13,51 +13,27 @@ included). Two-digit terms (`max_digits=2`, e.g. with `max_terms=5`: 11-53 token
 harder: the tiny model learned to copy terms but not 2-digit addition within the 3-minute
 CPU warm-start budget (about 15% greedy accuracy after 500 SFT steps).
 
-Difficulty is the number of additions (terms - 1). A problem is a pure function of
-(seed, stream, index). The held-out stream is disjoint from the training stream by
-*content*: a problem belongs to the eval partition iff a hash of its prompt (independent of
-the seed) falls below `eval_fraction`; training draws reject eval-partition problems and eval
-draws reject the rest, so no held-out question is ever trained on.
+Difficulty is the number of additions (terms - 1). Streams, the held-out partition and the
+verifier are the procedural tasks' (src/tasks/procedural.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
-import re
 from collections.abc import Sequence
 from typing import Any
 
-from src.tasks.base import Problem, check_constructor_params
+from src.tasks.base import Problem
+from src.tasks.procedural import ANSWER_TAG, ProceduralTask, parse_answer
 
-_ANSWER_TAG = "Answer:"
-# After the last "Answer:": optional spaces, an integer, an optional full stop, nothing else.
-_ANSWER_RE = re.compile(r"\s*([+-]?\d+)\s*\.?\s*")
-
-
-def parse_answer(response: str) -> int | None:
-    """The integer after the last "Answer:", or None when it is missing or malformed.
-
-    Strict on purpose: text after the number (other than a full stop and whitespace) makes
-    the answer malformed, so a policy that does not stop after answering earns no reward.
-    Decode responses with `skip_special_tokens=True` before scoring.
-    """
-    pos = response.rfind(_ANSWER_TAG)
-    if pos < 0:
-        return None
-    m = _ANSWER_RE.fullmatch(response[pos + len(_ANSWER_TAG) :])
-    return int(m.group(1)) if m else None
+__all__ = ["ArithmeticTask", "parse_answer"]
 
 
-def _in_eval_partition(prompt: str, eval_fraction: float) -> bool:
-    h = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:8], "big")
-    return h / 2.0**64 < eval_fraction
-
-
-class ArithmeticTask:
+class ArithmeticTask(ProceduralTask):
     """Procedural chain sums with a binary verifier on the final answer."""
 
     name = "arithmetic"
+    space_hint = "raise task.params.max_digits or max_terms"
 
     def __init__(
         self,
@@ -105,8 +81,6 @@ class ArithmeticTask:
         self.mix = weights
         self.eval_fraction = float(eval_fraction)
 
-    check_params = classmethod(check_constructor_params)
-
     @property
     def config(self) -> dict[str, Any]:
         return {
@@ -130,48 +104,14 @@ class ArithmeticTask:
             terms.append(rng.randint(lo, 10**digits - 1))
         return terms
 
-    @staticmethod
-    def _make(terms: list[int], index: int) -> Problem:
-        prompt = "+".join(map(str, terms)) + "=?\n"
+    def _prompt(self, terms: list[int]) -> str:
+        return "+".join(map(str, terms)) + "=?\n"
+
+    def _problem(self, terms: list[int], rng: random.Random, index: int) -> Problem:
         steps, total = [], terms[0]
         for t in terms[1:]:
             steps.append(f"{total}+{t}={total + t}")
             total += t
-        solution = ", ".join(steps) + f". {_ANSWER_TAG} {total}"
-        return Problem(
-            prompt=prompt,
-            answer=str(total),
-            solution=solution,
-            difficulty=len(terms) - 1,
-            index=index,
-        )
-
-    def _stream_problem(self, stream: str, index: int) -> Problem:
-        if index < 0:
-            raise ValueError(f"problem index must be >= 0, got {index}")
-        # str seeds go through sha512: stable across processes and PYTHONHASHSEED.
-        rng = random.Random(f"arithmetic:{self.seed}:{stream}:{index}")
-        want_eval = stream == "eval"
-        for _ in range(10_000):
-            p = self._make(self._draw(rng), index)
-            if _in_eval_partition(p.prompt, self.eval_fraction) == want_eval:
-                return p
-        raise RuntimeError(  # only reachable with a tiny problem space
-            f"could not draw a {stream} problem for index {index}; the problem space "
-            "is too small for task.params.eval_fraction (raise task.params.max_digits or max_terms)"
-        )
-
-    # --- Task protocol ------------------------------------------------------------------
-
-    def problem(self, index: int) -> Problem:
-        return self._stream_problem("train", index)
-
-    def eval_problems(self, n: int) -> list[Problem]:
-        return [self._stream_problem("eval", i) for i in range(n)]
-
-    def score(self, problem: Problem, response: str) -> float:
-        got = parse_answer(response)
-        return 1.0 if got is not None and got == int(problem.answer) else 0.0
-
-    def corpus(self, n: int) -> list[str]:
-        return [p.prompt + p.solution for p in (self.problem(i) for i in range(n))]
+        solution = ", ".join(steps) + f". {ANSWER_TAG} {total}"
+        return Problem(prompt=self._prompt(terms), answer=str(total), solution=solution,
+                       difficulty=len(terms) - 1, index=index)

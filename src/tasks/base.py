@@ -8,7 +8,6 @@ tasks should make that stream disjoint from the training stream.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -47,14 +46,3 @@ class Task(Protocol):
     def corpus(self, n: int) -> list[str]:
         """`n` texts (prompt + solution) for training a tokenizer."""
         ...
-
-
-def check_constructor_params(cls: type, **params: Any) -> None:
-    """A task's `check_params`: raise the error its constructor would, naming unknown keys
-    (for tasks whose constructor reads nothing, so it just runs)."""
-    valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-    unknown = sorted(set(params) - set(valid))
-    if unknown:
-        raise TypeError(f"task.params: unknown key(s) {unknown} for task {cls.name!r}; "
-                        f"valid keys: {valid}")
-    cls(**params)

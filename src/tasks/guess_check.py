@@ -14,8 +14,8 @@ can be longer than correct ones, and whether they are is measured, not assumed
 Reference solutions search at random: each guess is uniform over the values the earlier
 answers leave open, redrawn (with the same problem) until at most `max_guesses` guesses find
 it, so every worked solution fits the response budget. Difficulty is the number of guesses
-the reference took. Held-out problems are disjoint from training ones by prompt, as in
-src/tasks/arithmetic.py; the problem space is small (max_value * max_addend prompts), so the
+the reference took. Streams, the held-out partition and the verifier are the procedural
+tasks' (src/tasks/procedural.py); the problem space is small (max_value * max_addend prompts), so the
 held-out stream repeats its prompts, each time with a fresh draw of the sampled responses.
 """
 
@@ -24,14 +24,15 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from src.tasks.arithmetic import _ANSWER_TAG, _in_eval_partition, parse_answer
-from src.tasks.base import Problem, check_constructor_params
+from src.tasks.base import Problem
+from src.tasks.procedural import ANSWER_TAG, ProceduralTask
 
 
-class GuessCheckTask:
+class GuessCheckTask(ProceduralTask):
     """`?+b=c` solved by guessing x, with a binary verifier on the final answer."""
 
     name = "guess_check"
+    space_hint = "raise task.params.max_value or max_addend"
 
     def __init__(self, seed: int = 0, max_value: int = 20, max_addend: int = 9,
                  max_guesses: int = 5, eval_fraction: float = 0.2) -> None:
@@ -57,8 +58,6 @@ class GuessCheckTask:
         self.max_addend = int(max_addend)
         self.max_guesses = int(max_guesses)
         self.eval_fraction = float(eval_fraction)
-
-    check_params = classmethod(check_constructor_params)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -86,36 +85,18 @@ class GuessCheckTask:
         for g in guesses:
             s = g + addend
             steps.append(f"{g}+{addend}={s}" + (" low" if s < total else " high" if s > total else ""))
-        return ", ".join(steps) + f". {_ANSWER_TAG} {guesses[-1]}"
+        return ", ".join(steps) + f". {ANSWER_TAG} {guesses[-1]}"
 
-    def _stream_problem(self, stream: str, index: int) -> Problem:
-        if index < 0:
-            raise ValueError(f"problem index must be >= 0, got {index}")
-        rng = random.Random(f"guess_check:{self.seed}:{stream}:{index}")
-        want_eval = stream == "eval"
-        for _ in range(10_000):
-            x, b = rng.randint(1, self.max_value), rng.randint(1, self.max_addend)
-            prompt = f"?+{b}={x + b}\n"
-            if _in_eval_partition(prompt, self.eval_fraction) == want_eval:
-                guesses = self.search(x, rng)
-                return Problem(prompt=prompt, answer=str(x),
-                               solution=self.solution(guesses, b, x + b),
-                               difficulty=len(guesses), index=index)
-        raise RuntimeError(  # only reachable with a tiny problem space
-            f"could not draw a {stream} problem for index {index}; the problem space is too "
-            "small for task.params.eval_fraction (raise task.params.max_value or max_addend)")
+    def _draw(self, rng: random.Random) -> tuple[int, int]:
+        return rng.randint(1, self.max_value), rng.randint(1, self.max_addend)
 
-    # --- Task protocol ------------------------------------------------------------------
+    def _prompt(self, values: tuple[int, int]) -> str:
+        x, b = values
+        return f"?+{b}={x + b}\n"
 
-    def problem(self, index: int) -> Problem:
-        return self._stream_problem("train", index)
-
-    def eval_problems(self, n: int) -> list[Problem]:
-        return [self._stream_problem("eval", i) for i in range(n)]
-
-    def score(self, problem: Problem, response: str) -> float:
-        got = parse_answer(response)
-        return 1.0 if got is not None and got == int(problem.answer) else 0.0
-
-    def corpus(self, n: int) -> list[str]:
-        return [p.prompt + p.solution for p in (self.problem(i) for i in range(n))]
+    def _problem(self, values: tuple[int, int], rng: random.Random, index: int) -> Problem:
+        x, b = values
+        guesses = self.search(x, rng)
+        return Problem(prompt=self._prompt(values), answer=str(x),
+                       solution=self.solution(guesses, b, x + b), difficulty=len(guesses),
+                       index=index)
