@@ -90,6 +90,8 @@ def fig_lag_training(steps: pd.DataFrame, lags: pd.DataFrame, opts: Options,
 def ratio_shares(updates: pd.DataFrame) -> pd.DataFrame:
     """Per lag and sign: the share of loss tokens in each ratio bin (summed histograms)."""
     rows = []
+    if "lag" not in updates:  # no runs of the kind asked for (an empty frame has no columns)
+        return pd.DataFrame(rows)
     for lag, g in updates.groupby("lag", observed=True, sort=False):
         for sign, col in (("A > 0", "ratio_hist_pos"), ("A < 0", "ratio_hist_neg")):
             if col not in g:  # runs from before the drift telemetry have no histograms

@@ -82,6 +82,16 @@ def test_pilots_of_another_build_are_left_out_of_the_report(tmp_path, write_run)
     assert "16-19" not in (out / "REPORT.md").read_text()
 
 
+def test_report_of_bapo_alone_skips_the_ppo_figures(tmp_path, write_run):
+    # a root without ppo runs (a one-method pilot) still gets its report
+    _delayed(write_run, tmp_path / "runs", "bapo", 0, 1)
+    out = tmp_path / "out"
+    assert lag_report_main(["--runs", str(tmp_path / "runs"), "--pilots", "none",
+                            "--out", str(out)]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert "skipped: no ratio histograms" in text and (out / "lag_summary.csv").is_file()
+
+
 def test_ratio_shares_sum_histograms_then_normalise():
     updates = pd.DataFrame({
         "lag": ["16-19", "16-19"], "lag_low": [16, 16],
