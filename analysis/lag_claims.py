@@ -29,6 +29,13 @@ def _cell(s: pd.DataFrame, method: str, lag: str, anchor: str = "coupled") -> pd
     return s[(s["method"] == method) & (s["lag"] == lag) & (s["anchor"] == anchor)]
 
 
+def grid_sweep(lag: str) -> str:
+    """The sweep of experiments/sweeps.yaml that runs the lag grid at `lag` (named by its low
+    end; at 256-259 only bapo runs, beside large_lag's m2po and ppo)."""
+    low = lag.split("-")[0]
+    return "large_lag_peers" if low == "256" else f"lag{low}"
+
+
 def _by_seed(cell: pd.DataFrame, col: str) -> pd.Series:
     return cell.set_index("seed")[col].astype(float)
 
@@ -65,7 +72,7 @@ def lag_claims(s: pd.DataFrame, updates: pd.DataFrame) -> pd.DataFrame:
         ppo = _cell(s, BASELINE, lag)
         clip = ppo["steady_clip_frac"].mean() if "steady_clip_frac" in ppo else float("nan")
         where = f"lag {lag}, ppo clips {clip:.1%}" if clip == clip else f"lag {lag}"
-        grid = f"lag{lag.split('-')[0]}"  # experiments/sweeps.yaml names a lag grid by its low end
+        grid = grid_sweep(lag)
         rows.append(_compare(
             f"bapo beats ppo at {where}",
             "4x AIME24: bapo 62.0 vs ppo 54.2 (Fig. 11)", s, (PROPOSED, lag, "coupled"),
@@ -101,7 +108,7 @@ def _share_claim(updates: pd.DataFrame, lag: str) -> Claim:
     u = updates if updates.empty else updates[(updates["method"] == PROPOSED)
                                               & (updates["lag"] == lag)]
     if u.empty:
-        c.note = f"no bapo runs at this lag here (sweep `lag{lag.split('-')[0]}`)"
+        c.note = f"no bapo runs at this lag here (sweep `{grid_sweep(lag)}`)"
         return c
     rho = pd.to_numeric(u["rho"], errors="coerce")
     kept = (rho >= 0.4).groupby(u["seed"]).mean()
