@@ -79,11 +79,10 @@ def warm_start(run: Run) -> str | None:
         meta = json.loads((run.path / "meta.json").read_text())
     except (OSError, ValueError):
         return None
-    ws = meta.get("warm_start")
-    key = str(ws).rstrip("/").rsplit("/", 1)[-1] if ws else None
-    digest = meta.get("warm_start_weights")
-    if key is None:
+    ws, digest = meta.get("warm_start"), meta.get("warm_start_weights")
+    if not ws:
         return None
+    key = str(ws).rstrip("/").rsplit("/", 1)[-1]
     return f"{key} (weights {digest})" if digest else key
 
 

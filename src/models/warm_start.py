@@ -467,7 +467,7 @@ def weights_digest(path: Path) -> str:
     """The first 16 hex digits of the sha256 of the entry's weights file(s).
 
     The cache key names the build's inputs, not its output: SFT on another CPU rounds
-    differently (AVX2 and AVX-512 builds of one key differed by 0.03 in greedy accuracy), so
+    differently (builds of one key on two machines differed by 0.03 in greedy accuracy), so
     runs record this digest to show which build they started from."""
     h = hashlib.sha256()
     for f in sorted(Path(path).glob("*.safetensors")):

@@ -22,7 +22,6 @@ as normalised strings or numbers); it is weaker, so choose it on purpose.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from src.tasks.base import Problem
+from src.tasks.procedural import in_eval_partition
 
 DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final answer within \\boxed{}."
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -175,11 +175,6 @@ def _normalise_question(q: str) -> str:
     return " ".join(q.split()).lower()
 
 
-def _in_eval_partition(key: str, eval_fraction: float) -> bool:
-    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-    return h / 2.0**64 < eval_fraction
-
-
 # --- the task -------------------------------------------------------------------------------
 
 class MathDatasetTask:
@@ -268,8 +263,8 @@ class MathDatasetTask:
             train = kept
         else:
             frac = float(p["eval_fraction"])
-            evals = [t for t in train if _in_eval_partition(_normalise_question(t.prompt), frac)]
-            train = [t for t in train if not _in_eval_partition(_normalise_question(t.prompt), frac)]
+            evals = [t for t in train if in_eval_partition(_normalise_question(t.prompt), frac)]
+            train = [t for t in train if not in_eval_partition(_normalise_question(t.prompt), frac)]
             self.dropped_overlap = 0
         if p["max_train"] is not None:
             train = train[:int(p["max_train"])]
