@@ -139,10 +139,16 @@ def lag_table(runs: RunSet) -> pd.DataFrame:
 
 
 def _measured_lag(runs: RunSet, run: Run) -> float:
+    """The mean `policy_lag` over every run of the run's experiment and source, not of the
+    run alone: seeds and methods of one replay (or partial) cell draw different ages, and
+    a label per run would split the cell (~23 for one seed, ~24 for the next) and its
+    paired comparisons."""
     u = runs.updates
     if u.empty or "policy_lag" not in u:
         return math.nan
-    return float(pd.to_numeric(u.loc[u["run_id"] == run.run_id, "policy_lag"],
+    same = [r.run_id for r in runs.runs
+            if r.experiment == run.experiment and source(r) == source(run)]
+    return float(pd.to_numeric(u.loc[u["run_id"].isin(same), "policy_lag"],
                                errors="coerce").mean())
 
 

@@ -45,6 +45,17 @@ def test_lag_ranges_come_from_the_config(tmp_path, write_run):
     assert t.loc["replay", "lag_low"] == pytest.approx(1.5)
 
 
+def test_seeds_of_one_replay_cell_share_one_measured_lag(tmp_path, write_run):
+    # seed 0 logs lags 0..3 (mean 1.5, alone "~2"), seed 1 lags 0..1 (mean 0.5, alone "~0");
+    # pooled over the cell's updates: (0+1+2+3 + 0+1) / 6 = 7/6, one label for both seeds
+    for seed, staleness in ((0, 4), (1, 2)):
+        write_run(tmp_path, "ppo", staleness, seed, experiment="replay",
+                  extra_config={"offpolicy.source": "replay"})
+    t = lag_table(load_runs([tmp_path]))
+    assert list(t["lag"]) == ["~1 (replay)", "~1 (replay)"]
+    assert t["lag_low"].tolist() == pytest.approx([7 / 6, 7 / 6])
+
+
 def test_steady_updates_leave_out_the_delay_warmup(tmp_path, write_run):
     _delayed(write_run, tmp_path, "ppo", 0, 2, steps=5)
     u = steady_updates(load_runs([tmp_path]))
