@@ -12,6 +12,7 @@ from dataclasses import asdict
 import pandas as pd
 
 from analysis.paired import UP
+from analysis.stats import fmt_ci, mean_ci
 from analysis.style import BASELINE, PROPOSED
 from analysis.verdicts import Claim, directed, paired
 
@@ -137,5 +138,13 @@ def _m2po_claim(s: pd.DataFrame) -> Claim:
     c.claim += f" (lag {lag})"
     d = _by_seed(m2, "final_greedy_acc").sub(_by_seed(on, "final_greedy_acc")).dropna()
     c.experiments = ", ".join(sorted(set(m2["experiment"]) | set(on["experiment"])))
-    return directed(c, d, -MATCH_MARGIN, UP) if len(d) else c
+    if not len(d):
+        return c
+    c = directed(c, d, -MATCH_MARGIN, UP)
+    # beside the paired interval, as the other rows: both cells, and the seeds on each side
+    cells = " vs ".join(f"{name} {fmt_ci(*mean_ci(_by_seed(cell, 'final_greedy_acc')))}"
+                        for name, cell in ((f"m2po @ {lag}", m2), ("ppo @ 0", on)))
+    c.measured = (f"{cells}; paired m2po − on-policy ppo {c.measured} ({int((d > -MATCH_MARGIN).sum())}"
+                  f" of {len(d)} seeds within {MATCH_MARGIN})")
+    return c
 

@@ -157,6 +157,23 @@ def test_claim_verdicts_follow_the_paired_interval():
     assert held.loc["m2po at the largest lag matches on-policy ppo", "verdict"] == "no data"
 
 
+def test_m2po_row_pairs_the_largest_lag_with_on_policy_ppo():
+    # on-policy ppo 0.48, 0.47, 0.46; m2po at 256-259 0.44, 0.10, 0.45: per seed -0.04,
+    # -0.37, -0.01 (two within the 0.05 margin), mean -0.14, an interval reaching past -0.05
+    rows = [{"method": "ppo", "seed": s, "lag": "0", "lag_low": 0, "anchor": "coupled",
+             "source": "fresh", "experiment": "staleness_1x", "final_greedy_acc": a}
+            for s, a in enumerate((0.48, 0.47, 0.46))]
+    rows += [{"method": "m2po", "seed": s, "lag": "256-259", "lag_low": 256,
+              "anchor": "coupled", "source": "delay", "experiment": "delay_256",
+              "final_greedy_acc": a} for s, a in enumerate((0.44, 0.10, 0.45))]
+    row = lag_claims(pd.DataFrame(rows), pd.DataFrame()).set_index("claim").loc[
+        "m2po at the largest lag matches on-policy ppo (lag 256-259)"]
+    assert row["value"] == pytest.approx(-0.14)
+    assert row["verdict"] == "not settled"
+    assert "m2po @ 256-259 0.330" in row["measured"] and "ppo @ 0 0.470" in row["measured"]
+    assert "2 of 3 seeds within 0.05" in row["measured"]
+
+
 def test_positive_share_claim_counts_updates_that_end_at_rho0():
     # seed 0: 2 of 2 updates at >= 0.4; seed 1: 1 of 2; seed 2: 2 of 2 -> 1.0, 0.5, 1.0
     rho = {0: [0.45, 0.47], 1: [0.35, 0.46], 2: [0.43, 0.49]}
