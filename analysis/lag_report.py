@@ -2,6 +2,8 @@
 
     python analysis/lag_report.py                         # experiments/lag_results -> figures/lag
     python analysis/lag_report.py --runs experiments/lag_results_large --out figures/lag_large
+    python analysis/lag_report.py --runs experiments/lag_results_guess --out figures/lag_guess \
+        --pilots none --title "Guess and check at 16-19 updates (warm-start build of guess_check)"
     python analysis/lag_report.py --runs runs --out /tmp/lag --pilots none
 
 Reads the lag sweeps' runs (experiments/sweeps.yaml: lag4, lag16, lag64, corrections,
