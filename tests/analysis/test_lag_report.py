@@ -157,6 +157,17 @@ def test_claim_verdicts_follow_the_paired_interval():
     assert held.loc["m2po at the largest lag matches on-policy ppo", "verdict"] == "no data"
 
 
+def test_missing_cells_name_the_sweep_that_would_run_them():
+    s = _summary((0.1, 0.1, 0.1)).assign(lag="256-259", lag_low=256, experiment="delay_256")
+    c = lag_claims(s[s["method"] != "clip_higher"], pd.DataFrame()).set_index("claim")
+    # large_lag_peers runs bapo and cispo: no sweep has clip_higher at 256-259
+    note = c.loc["bapo beats clip_higher at lag 256-259", "note"]
+    assert "no sweep runs clip_higher" in note
+    assert c.loc["bapo beats clip_higher at lag 256-259", "verdict"] == "no data"
+    assert "sweep `corrections`" in c.loc["decoupled beats naive (coupled) ppo at lag 256-259",
+                                          "note"]
+
+
 def test_m2po_row_pairs_the_largest_lag_with_on_policy_ppo():
     # on-policy ppo 0.48, 0.47, 0.46; m2po at 256-259 0.44, 0.10, 0.45: per seed -0.04,
     # -0.37, -0.01 (two within the 0.05 margin), mean -0.14, an interval reaching past -0.05
