@@ -93,7 +93,11 @@ def ppo_by_lag(runs: RunSet, pilots: RunSet | None) -> tuple[pd.DataFrame, pd.Da
 def bapo_updates(runs: RunSet) -> pd.DataFrame:
     """Steady updates of the runs whose method searches its bounds, with `rho0` (the
     parameter its traits name as the target)."""
-    u = steady_updates(runs.subset(searches_bounds))
+    # the steady updates of every run, then the searching ones: a replay or partial cell's
+    # lag label pools all its runs (lag_runs._measured_lag), so it matches the cell tables
+    searching = {r.run_id for r in runs.select(searches_bounds)}
+    u = steady_updates(runs)
+    u = u[u["run_id"].isin(searching)] if not u.empty else u
     if u.empty:
         return u
     rho0 = {r.run_id: r.method_param(r.traits.target) for r in runs.select(searches_bounds)}

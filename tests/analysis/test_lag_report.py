@@ -56,6 +56,18 @@ def test_seeds_of_one_replay_cell_share_one_measured_lag(tmp_path, write_run):
     assert t["lag_low"].tolist() == pytest.approx([7 / 6, 7 / 6])
 
 
+def test_bapo_search_table_labels_a_replay_cell_as_the_cell_tables_do(tmp_path, write_run):
+    # bapo alone logs lags 0..3 (~2), ppo 0..1; pooled the cell is 7/6 (~1) in every table
+    for method, staleness in (("bapo", 4), ("ppo", 2)):
+        write_run(tmp_path / "runs", method, staleness, 0, experiment="replay",
+                  extra_config={"offpolicy.source": "replay"})
+    out = tmp_path / "out"
+    assert lag_report_main(["--runs", str(tmp_path / "runs"), "--pilots", "none",
+                            "--out", str(out)]) == 0
+    assert set(pd.read_csv(out / "lag_summary.csv")["lag"]) == {"~1 (replay)"}
+    assert set(pd.read_csv(out / "lag_search.csv")["lag"]) == {"~1 (replay)"}
+
+
 def test_steady_updates_leave_out_the_delay_warmup(tmp_path, write_run):
     _delayed(write_run, tmp_path, "ppo", 0, 2, steps=5)
     u = steady_updates(load_runs([tmp_path]))
