@@ -1,7 +1,8 @@
 """The lag sweeps' report: figures, tables and claim rows from the lag runs.
 
     python analysis/lag_report.py                         # experiments/lag_results -> figures/lag
-    python analysis/lag_report.py --runs experiments/lag_results_large --out figures/lag_large
+    python analysis/lag_report.py --runs experiments/lag_results_large --out figures/lag_large \
+        --title "Lag sweeps at 64-259 updates, replay and partial rollouts (warm-start build 4eb7f2706392ef39)"
     python analysis/lag_report.py --runs experiments/lag_results_guess --out figures/lag_guess \
         --pilots none --title "Guess and check at 16-19 updates (warm-start build of guess_check)"
     python analysis/lag_report.py --runs runs --out /tmp/lag --pilots none
