@@ -197,6 +197,17 @@ def test_m2po_row_pairs_the_largest_lag_with_on_policy_ppo():
     assert "2 of 3 seeds within 0.05" in row["measured"]
 
 
+def test_replay_and_partial_cells_get_a_bapo_vs_ppo_row():
+    # bapo 0.15, 0.16, 0.14 below ppo: the paired interval lies below 0, so "not held"
+    s = _summary((-0.15, -0.16, -0.14)).assign(lag="~13 (replay)", lag_low=13.0,
+                                               source="replay", experiment="replay")
+    c = lag_claims(s, pd.DataFrame()).set_index("claim")
+    row = c.loc["bapo beats ppo under ~13 (replay)"]
+    assert row["value"] == pytest.approx(-0.15)
+    assert row["verdict"] == "not held"
+    assert not c.index.str.contains("at lag ~13").any()  # no delay-queue rows for it
+
+
 def test_positive_share_claim_counts_updates_that_end_at_rho0():
     # seed 0: 2 of 2 updates at >= 0.4; seed 1: 1 of 2; seed 2: 2 of 2 -> 1.0, 0.5, 1.0
     rho = {0: [0.45, 0.47], 1: [0.35, 0.46], 2: [0.43, 0.49]}
