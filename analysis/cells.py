@@ -11,7 +11,9 @@ calibration sweep at another lr is a third. Figures and claims are drawn per sui
 
 Inside a suite a method is shown by its name, or, when the suite holds that method with
 several parameter sets (a rho0 sweep), by its name and the parameters that differ:
-`bapo (bapo.rho0=0.3)`.
+`bapo (bapo.rho0=0.3)`. Where one of the sets is the method's own (conf/method/<name>.yaml),
+that one keeps the plain name and the others name what they change from it, so an ablation
+beside the main runs leaves the main runs' label alone: `bapo`, `bapo (bapo.low_start=0.8)`.
 """
 
 from __future__ import annotations
@@ -20,13 +22,18 @@ import hashlib
 import json
 import re
 from collections import defaultdict
+from functools import cache
+from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
 
 from src.run_vocab import ADDED_SECTIONS, NON_NUMERIC_KEYS, flatten
 
 # What a comparison varies inside one suite.
 COMPARED = ("method", "experiment.name", "train.staleness")
 MAX_SHOWN_KEYS = 3
+METHOD_CONF = Path(__file__).resolve().parent.parent / "conf" / "method"
 
 
 def _under(key: str, prefixes: tuple[str, ...]) -> bool:
@@ -52,6 +59,31 @@ def _digest(text: str, n: int = 8) -> str:
 
 def cell_key(cfg: dict[str, Any]) -> str:
     return _key(numeric_config(cfg))
+
+
+@cache
+def _method_defaults_key(name: str) -> str | None:
+    path = METHOD_CONF / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    params = {k[len("method."):]: v for k, v in numeric_config({"method": cfg}).items()
+              if k != "method.name"}
+    return _key(params)
+
+
+def method_defaults(name: str) -> dict[str, Any] | None:
+    """The numeric parameters of conf/method/<name>.yaml as `<key>: value` without the
+    `method.` prefix (as the labels show them); None when there is no such yaml."""
+    key = _method_defaults_key(name)
+    return None if key is None else dict(json.loads(key))
+
+
+def _is_default(name: str, params: dict[str, Any]) -> bool:
+    defaults = method_defaults(name)
+    return defaults is not None and all(
+        json.dumps(params.get(k), default=str) == json.dumps(v, default=str)
+        for k, v in defaults.items())
 
 
 def _shown(items: dict[str, Any]) -> str:
@@ -134,6 +166,12 @@ class Grouping:
                 label_of[(name, next(iter(variants)))] = name
                 continue
             keys = list(variants)
+            plain = [k for k in keys if _is_default(name, variants[k])]
+            if len(plain) == 1:  # the method's own parameters keep its name
+                for key in keys:
+                    diff = _differing([variants[plain[0]], variants[key]])[1]
+                    label_of[(name, key)] = name if key == plain[0] else f"{name} ({_shown(diff)})"
+                continue
             for key, diff in zip(keys, _differing([variants[k] for k in keys]), strict=True):
                 label_of[(name, key)] = f"{name} ({_shown(diff)})"
         labels = list(label_of.values())

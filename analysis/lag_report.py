@@ -8,12 +8,13 @@
     python analysis/lag_report.py --runs runs --out /tmp/lag --pilots none
 
 Reads the lag sweeps' runs (experiments/sweeps.yaml: lag4, lag16, lag64, corrections,
-large_lag, scenarios) and, for the ppo-by-lag figure, the one-seed lag pilots
-(experiments/calibration/runs/L*). Every run must come from one warm-start build (the report
+large_lag, large_lag_peers, scenarios, start_bounds) and, for the ppo-by-lag figure, the
+one-seed lag pilots (experiments/calibration/runs/L*). Every run must come from one warm-start build (the report
 stops and names the runs otherwise; pilots of another build are left out), so runs made on
 another machine, or on another task, go to a root and a report of their own. Writes
 <out>/{lag_*.png, REPORT.md, lag_summary.csv, lag_claims.csv, lag_search.csv, lag_paired.csv}
-(default figures/lag/).
+and, where a method also ran with other parameters (an ablation such as `start_bounds`),
+lag_variants.csv (default figures/lag/).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from analysis.lag_runs import (  # noqa: E402
     steady_updates,
     warm_start,
 )
+from analysis.lag_variants import variant_table  # noqa: E402
 from analysis.loader import RunSet, load_runs  # noqa: E402
 from analysis.plotting import Options, SkipFigure  # noqa: E402
 from analysis.report import md_table, verdict_counts  # noqa: E402
@@ -141,14 +143,17 @@ def write(runs: RunSet, pilots: RunSet | None, opts: Options,
         except SkipFigure as e:
             skipped.append(str(e))
     claims = lag_claims(s, bapo)
+    variants = variant_table(s, {r.method: r.method_name for r in runs.runs})
     s.to_csv(opts.out / "lag_summary.csv", index=False)
     claims.to_csv(opts.out / "lag_claims.csv", index=False)
+    if not variants.empty:
+        variants.to_csv(opts.out / "lag_variants.csv", index=False)
     for f in figures:
         if f.name in ("lag_bapo", "lag_forest"):
             name = {"lag_bapo": "lag_search", "lag_forest": "lag_paired"}[f.name]
             f.data.to_csv(opts.out / f"{name}.csv", index=False)
     tasks = ", ".join(f"`{t}`" for t in sorted({str(r.cfg("task.name", "arithmetic")) for r in runs.runs}))
-    text = _markdown(s, claims, figures, skipped, warm, ppo_updates, title, tasks)
+    text = _markdown(s, claims, figures, skipped, warm, ppo_updates, title, tasks, variants)
     path = opts.out / "REPORT.md"
     path.write_text(text)
     return path
@@ -168,7 +173,8 @@ def _on_policy(s: pd.DataFrame) -> float | None:
     return float(on["final_greedy_acc"].mean()) if len(on) else None
 
 
-def _markdown(s, claims, figures, skipped, warm, ppo_updates, title: str, tasks: str) -> str:
+def _markdown(s, claims, figures, skipped, warm, ppo_updates, title: str, tasks: str,
+              variants: pd.DataFrame) -> str:
     shown = claims[["claim", "paper", "measured", "verdict", "note"]]
     lines = [
         f"# {title}",
@@ -193,6 +199,12 @@ def _markdown(s, claims, figures, skipped, warm, ppo_updates, title: str, tasks:
         md_table(cell_table(s).astype(object).fillna("—")),
         "",
     ]
+    if not variants.empty:
+        lines += ["## Parameter variants (paired by seed)", "",
+                  "A variant runs a method with parameters other than its yaml's; it is "
+                  "compared with the method's own runs and with ppo at the same lag, seed by "
+                  "seed (mean ± 95% t-interval half-width; seeds with a difference > 0).", "",
+                  md_table(variants.astype(object).fillna("—")), ""]
     shares = ratio_shares(ppo_updates) if not ppo_updates.empty else pd.DataFrame()
     if not shares.empty:
         order = lag_order(shares["lag"], shares["lag_low"])

@@ -88,6 +88,32 @@ def test_a_parameter_sweep_is_one_suite_with_labelled_variants(tmp_path, write_r
     }
 
 
+def test_an_ablation_beside_the_methods_own_parameters_leaves_their_label_plain(
+    tmp_path, write_run
+):
+    # the yaml's own parameters, written out in full as src.run writes them
+    own = {"method.aggregation": "token-mean", **{
+        f"method.bapo.{k}": v for k, v in {
+            "rho0": 0.4, "low_start": 0.6, "low_max": 0.9, "high_start": 1.2,
+            "high_max": 3.0, "high_step": 0.05, "low_step": 0.02, "contribution": "gradient",
+            "weights": "uniform", "order": "paper", "search": "fast", "dual_clip_c": None,
+        }.items()}}
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_run(root, "bapo", 4, seed, extra_config=own)
+        write_run(root, "bapo", 4, seed, extra_config={**own, "method.bapo.low_start": 0.8},
+                  tag="low_start=0.8")
+    write_run(root, "ppo", 4, 0)
+    runs = load_runs([root])
+    assert len(runs.suites) == 1
+    assert sorted(r.method for r in runs.runs) == [
+        "bapo", "bapo", "bapo (bapo.low_start=0.8)", "bapo (bapo.low_start=0.8)", "ppo"]
+    # one more variant of its own: still labelled by what it changes from the yaml alone
+    write_run(root, "bapo", 4, 0, extra_config={**own, "method.bapo.rho0": 0.3}, tag="rho0")
+    labels = {r.method for r in load_runs([root]).runs}
+    assert labels == {"bapo", "bapo (bapo.low_start=0.8)", "bapo (bapo.rho0=0.3)", "ppo"}
+
+
 def test_fig09_draws_each_variant_of_a_sweep_with_its_own_rho0(tmp_path, write_run, opts):
     from analysis import fig_training
 

@@ -288,3 +288,28 @@ def test_lag_order_puts_the_narrower_lag_first_on_a_tie():
 
     labels = pd.Series(["16-19", "0-3", "0", "4-7", "0-3"])
     assert lag_order(labels, pd.Series([16, 0, 0, 4, 0])) == ["0", "0-3", "4-7", "16-19"]
+
+
+def test_a_variant_is_paired_with_its_method_and_with_ppo_at_its_lag():
+    from analysis.lag_variants import variant_table
+
+    s = _summary((-0.15, -0.16, -0.14))  # bapo 0.15 below ppo on every seed
+    # a bapo variant 0.10 above bapo (0.05 below ppo) on every seed, at the same lag
+    var = s[s["method"] == "bapo"].assign(method="bapo (bapo.low_start=0.8)")
+    var["final_greedy_acc"] += 0.10
+    s = pd.concat([s, var], ignore_index=True)
+    base = {"bapo (bapo.low_start=0.8)": "bapo", "bapo": "bapo", "ppo": "ppo"}
+    t = variant_table(s, base)
+    assert list(t["variant"].unique()) == ["bapo (bapo.low_start=0.8)"]  # bapo is no variant
+    row = t[t["metric"] == "final greedy"].iloc[0]
+    assert row["method"] == "bapo" and row["lag"] == "16-19"
+    assert row["variant mean"] == pytest.approx(0.35 - 0.15 + 0.10, abs=1e-4)
+    assert row["method mean"] == pytest.approx(0.35 - 0.15, abs=1e-4)
+    assert row["ppo mean"] == pytest.approx(0.35)
+    # a constant +0.10 (and -0.05 minus the seed spread) paired: zero-width and t-interval
+    assert row["variant − method"] == "+0.100 ± 0.000 (n=3; 3 of 3 seeds > 0)"
+    sd = np.std([-0.05, -0.06, -0.04], ddof=1)
+    assert row["variant − ppo"] == (
+        f"-0.050 ± {T975_2 * sd / np.sqrt(3):.3f} (n=3; 0 of 3 seeds > 0)")
+    # no variant: an empty table, so the report leaves the section out
+    assert variant_table(_summary((0.1, 0.1, 0.1)), {"bapo": "bapo", "ppo": "ppo"}).empty
