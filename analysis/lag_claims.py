@@ -24,6 +24,8 @@ MATCH_MARGIN = 0.05
 KEEP_SHARE = 0.95
 # The peers the claims name beside the paper's baseline and proposed method (analysis/style.py).
 CLIP_HIGHER, LARGE_LAG_PEER = "clip_higher", "m2po"
+# The sweep that runs bapo (and cispo, not clip_higher) at the largest lag, 256-259.
+LARGEST_LAG, LARGEST_LAG_SWEEP = "256", "large_lag_peers"
 
 
 def _cell(s: pd.DataFrame, method: str, lag: str, anchor: str = "coupled") -> pd.DataFrame:
@@ -34,7 +36,7 @@ def grid_sweep(lag: str) -> str:
     """The sweep of experiments/sweeps.yaml that runs the lag grid at `lag` (named by its low
     end; at 256-259 only bapo runs, beside large_lag's m2po and ppo)."""
     low = lag.split("-")[0]
-    return "large_lag_peers" if low == "256" else f"lag{low}"
+    return LARGEST_LAG_SWEEP if low == LARGEST_LAG else f"lag{low}"
 
 
 def _by_seed(cell: pd.DataFrame, col: str) -> pd.Series:
@@ -75,9 +77,9 @@ def lag_claims(s: pd.DataFrame, updates: pd.DataFrame) -> pd.DataFrame:
         clip = ppo["steady_clip_frac"].mean() if "steady_clip_frac" in ppo else float("nan")
         where = f"lag {lag}, ppo clips {clip:.1%}" if clip == clip else f"lag {lag}"
         grid = grid_sweep(lag)
-        # large_lag_peers runs bapo and cispo only: no sweep has clip_higher at 256-259
+        # the largest lag's sweep runs bapo and cispo only: none has clip_higher there
         clip_grid = (f"`{grid}` runs bapo and cispo only; no sweep runs clip_higher here"
-                     if grid == "large_lag_peers" else f"sweep `{grid}`")
+                     if grid == LARGEST_LAG_SWEEP else f"sweep `{grid}`")
         rows.append(_compare(
             f"bapo beats ppo at {where}",
             "4x AIME24: bapo 62.0 vs ppo 54.2 (Fig. 11)", s, (PROPOSED, lag, "coupled"),

@@ -97,14 +97,11 @@ def bapo_updates(runs: RunSet) -> pd.DataFrame:
     """Steady updates of the runs whose method searches its bounds, with `rho0` (the
     parameter its traits name as the target)."""
     # the steady updates of every run, then the searching ones: a replay or partial cell's
-    # lag label pools all its runs (lag_runs._measured_lag), so it matches the cell tables
-    searching = {r.run_id for r in runs.select(searches_bounds)}
-    u = steady_updates(runs)
-    u = u[u["run_id"].isin(searching)] if not u.empty else u
-    if u.empty:
-        return u
+    # lag label pools all its runs (lag_runs._measured_lags), so it matches the cell tables
     rho0 = {r.run_id: r.method_param(r.traits.target) for r in runs.select(searches_bounds)}
-    return u.assign(rho0=u["run_id"].map(rho0))
+    u = steady_updates(runs)
+    u = u[u["run_id"].isin(rho0)] if not u.empty else u
+    return u if u.empty else u.assign(rho0=u["run_id"].map(rho0))
 
 
 def cell_table(s: pd.DataFrame) -> pd.DataFrame:

@@ -124,9 +124,10 @@ def steady_updates(runs: RunSet) -> pd.DataFrame:
 def lag_table(runs: RunSet) -> pd.DataFrame:
     """One row per run: run_id, method, seed, source, anchor, lag label and bounds."""
     rows = []
+    measured_lags = _measured_lags(runs)
     for r in runs.runs:
         lag = lag_of(r)
-        measured = _measured_lag(runs, r) if lag is None else None
+        measured = measured_lags.get((r.experiment, source(r)), math.nan) if lag is None else None
         rows.append({
             "run_id": r.run_id, "method": r.method, "seed": r.seed, "source": source(r),
             "anchor": anchor(r), "experiment": r.experiment,
@@ -138,18 +139,16 @@ def lag_table(runs: RunSet) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _measured_lag(runs: RunSet, run: Run) -> float:
-    """The mean `policy_lag` over every run of the run's experiment and source, not of the
-    run alone: seeds and methods of one replay (or partial) cell draw different ages, and
-    a label per run would split the cell (~23 for one seed, ~24 for the next) and its
-    paired comparisons."""
+def _measured_lags(runs: RunSet) -> dict[tuple[str, str], float]:
+    """Per (experiment, source): the mean `policy_lag` over every run of it, not per run:
+    seeds and methods of one replay (or partial) cell draw different ages, and a label per
+    run would split the cell (~23 for one seed, ~24 for the next) and its paired comparisons."""
     u = runs.updates
     if u.empty or "policy_lag" not in u:
-        return math.nan
-    same = [r.run_id for r in runs.runs
-            if r.experiment == run.experiment and source(r) == source(run)]
-    return float(pd.to_numeric(u.loc[u["run_id"].isin(same), "policy_lag"],
-                               errors="coerce").mean())
+        return {}
+    cell = {r.run_id: (r.experiment, source(r)) for r in runs.runs}
+    lag = pd.to_numeric(u["policy_lag"], errors="coerce")
+    return {k: float(v) for k, v in lag.groupby(u["run_id"].map(cell)).mean().items()}
 
 
 def lag_summary(runs: RunSet) -> pd.DataFrame:
