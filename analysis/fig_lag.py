@@ -168,6 +168,15 @@ def search_by_lag(updates: pd.DataFrame, traits: dict[str, MethodTraits]) -> pd.
     return pd.DataFrame(rows)
 
 
+def _tick(method: str, lag: str) -> str:
+    """A cell's label for a narrow column: a variant's changed parameters on a line of their
+    own, without the method's prefix (`bapo (bapo.low_start=0.8)` -> `bapo` / `low_start=0.8`),
+    and a measured lag's source below it (`lag ~13` / `(replay)`)."""
+    name, _, params = method.partition(" (")
+    method = name if not params else f"{name}\n{params.rstrip(')').replace(f'{name}.', '')}"
+    return f"{method}\nlag {lag.replace(' (', chr(10) + '(')}"
+
+
 def fig_lag_bapo(updates: pd.DataFrame, traits: dict[str, MethodTraits], opts: Options,
                  note: str = "") -> FigureResult:
     """`updates`: steady update records of the runs whose method searches its bounds, with
@@ -178,7 +187,8 @@ def fig_lag_bapo(updates: pd.DataFrame, traits: dict[str, MethodTraits], opts: O
     methods = style.method_order(table["method"].unique())
     cells = [(m, lag) for lag in order for m in methods
              if ((table["method"] == m) & (table["lag"] == lag)).any()]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    # each panel has a column per cell: ~0.9 in a column keeps three-line labels apart
+    fig, axes = plt.subplots(1, 3, figsize=(3 * max(5.0, 0.9 * len(cells)), 4.6))
     ax = axes[0]
     bottom = np.zeros(len(cells))
     t = table.set_index(["method", "lag"])
@@ -186,7 +196,7 @@ def fig_lag_bapo(updates: pd.DataFrame, traits: dict[str, MethodTraits], opts: O
         vals = np.array([t.loc[c, o] for c in cells])
         ax.bar(range(len(cells)), vals, bottom=bottom, color=colour, label=o)
         bottom += vals
-    ax.set_xticks(range(len(cells)), [f"{m}\nlag {lag}\n({t.loc[(m, lag), 'updates']})"
+    ax.set_xticks(range(len(cells)), [f"{_tick(m, lag)}\n({t.loc[(m, lag), 'updates']} updates)"
                                       for m, lag in cells], fontsize=7)
     ax.set_ylabel("share of updates")
     ax.set_title("search outcome (n updates)", fontsize=9)
@@ -200,7 +210,8 @@ def fig_lag_bapo(updates: pd.DataFrame, traits: dict[str, MethodTraits], opts: O
                                            "rho0"], errors="coerce").dropna()
         if len(target):
             ax.hlines(target.iloc[0], i + 0.6, i + 1.4, color="#c62828", lw=2)
-    ax.set_xticks(range(1, len(cells) + 1), [f"{m}\nlag {lag}" for m, lag in cells], fontsize=7)
+    ax.set_xticks(range(1, len(cells) + 1), [_tick(m, lag) for m, lag in cells],
+                  fontsize=7)
     ax.set_ylabel("positive share of the gradient at the start bounds")
     ax.set_title("rho before the search (red: the method's target rho0)", fontsize=9)
     ax = axes[2]
@@ -212,7 +223,7 @@ def fig_lag_bapo(updates: pd.DataFrame, traits: dict[str, MethodTraits], opts: O
     ax.axhline(0.8, color="#9e9e9e", ls="--", lw=1)
     ax.axhline(1.2, color="#9e9e9e", ls="--", lw=1)
     ax.set_ylim(0.55, None)
-    ax.set_xticks(range(len(cells)), [f"{m}\nlag {lag}" for m, lag in cells], fontsize=7)
+    ax.set_xticks(range(len(cells)), [_tick(m, lag) for m, lag in cells], fontsize=7)
     ax.set_ylabel("mean [c_low, c_high]")
     ax.set_title("bounds where the search moved and reached rho0\n(dashed: [0.8, 1.2]; "
                  "n: such updates)", fontsize=9)

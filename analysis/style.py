@@ -66,6 +66,7 @@ def method_palette(methods: Iterable[str]) -> dict[str, str]:
     methods always gets the same colours and no two unknown methods share one.
     """
     palette = {m: c for m, c in KNOWN_METHOD_COLORS.items()}
+    palette.update(_variant_colours(set(methods) - set(palette)))
     taken: set[int] = set()
     for m in sorted(set(methods) - set(palette)):
         i = _stable_index(m, len(_EXTRA))
@@ -74,6 +75,29 @@ def method_palette(methods: Iterable[str]) -> dict[str, str]:
         taken.add(i)
         palette[m] = _EXTRA[i]
     return palette
+
+
+# A variant's colour: its method's, mixed with black (< 0) or white (> 0) by this much, in
+# the order of its sorted labels; past these, variants take an extra colour.
+_VARIANT_SHADES = (-0.45, 0.5, -0.7, 0.75)
+
+
+def _variant_colours(methods: set[str]) -> dict[str, str]:
+    """`bapo (bapo.low_start=0.8)`, a variant of a known method (analysis/cells.py), in a
+    shade of that method's colour, so an ablation reads as its method's kin."""
+    out: dict[str, str] = {}
+    by_base: dict[str, list[str]] = {}
+    for m in sorted(methods):
+        base = m.split(" (", 1)[0]
+        if base != m and base in KNOWN_METHOD_COLORS:
+            by_base.setdefault(base, []).append(m)
+    for base, variants in by_base.items():
+        rgb = matplotlib.colors.to_rgb(KNOWN_METHOD_COLORS[base])
+        for m, shade in zip(variants, _VARIANT_SHADES, strict=False):
+            towards = 1.0 if shade > 0 else 0.0
+            out[m] = matplotlib.colors.to_hex(
+                [c + abs(shade) * (towards - c) for c in rgb])
+    return out
 
 
 def staleness_dashes(values: Iterable[int]) -> dict[int, str | tuple[float, ...]]:

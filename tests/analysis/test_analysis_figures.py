@@ -290,6 +290,21 @@ def test_entropy_quadrants(sweep, runset, opts, tmp_path, write_run):
     assert any("no token parts" in m for m in no_tokens.messages)
 
 
+def test_a_variant_is_drawn_in_a_shade_of_its_methods_colour():
+    import matplotlib.colors as mc
+
+    low, rho = "bapo (bapo.low_start=0.8)", "bapo (bapo.rho0=0.3)"
+    pal = style.method_palette(["bapo", rho, low, "mine (x=1)"])
+    r, g, b = mc.to_rgb(style.KNOWN_METHOD_COLORS["bapo"])
+    # sorted labels: low_start first, 45% towards black; rho0 next, 50% towards white
+    assert mc.to_rgb(pal[low]) == pytest.approx((0.55 * r, 0.55 * g, 0.55 * b), abs=2 / 255)
+    assert mc.to_rgb(pal[rho]) == pytest.approx(
+        (r + 0.5 * (1 - r), g + 0.5 * (1 - g), b + 0.5 * (1 - b)), abs=2 / 255)
+    assert pal["bapo"] == style.KNOWN_METHOD_COLORS["bapo"]
+    # a variant of a method without a fixed colour gets an extra colour like any new name
+    assert pal["mine (x=1)"] not in {pal["bapo"], pal[low], pal[rho]}
+
+
 def test_style_maps_are_fixed_and_deterministic():
     pal = style.method_palette(["ppo", "bapo", "my_new_method", "another"])
     assert pal["ppo"] == style.KNOWN_METHOD_COLORS["ppo"]
