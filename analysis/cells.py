@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+import yaml
 
 from src.run_vocab import ADDED_SECTIONS, NON_NUMERIC_KEYS, flatten
 
@@ -66,7 +66,7 @@ def _method_defaults_key(name: str) -> str | None:
     path = METHOD_CONF / f"{name}.yaml"
     if not path.is_file():
         return None
-    cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    cfg = yaml.safe_load(path.read_text())  # as loader.py reads a run's config.yaml
     params = {k[len("method."):]: v for k, v in numeric_config({"method": cfg}).items()
               if k != "method.name"}
     return _key(params)
