@@ -86,6 +86,18 @@ def _is_default(name: str, params: dict[str, Any]) -> bool:
         for k, v in defaults.items())
 
 
+def variant_label(name: str, changed: str) -> str:
+    """A method's label when it ran with other parameters: `bapo (bapo.low_start=0.8)`."""
+    return f"{name} ({changed})"
+
+
+def split_variant(label: str) -> tuple[str, str]:
+    """(method name, the parameters a variant changes) of a label; ('bapo', '') for a plain
+    one. The one reader of the label format `variant_label` writes."""
+    name, _, changed = label.partition(" (")
+    return name, changed.rstrip(")")
+
+
 def _shown(items: dict[str, Any]) -> str:
     pairs = [f"{k}={v}" for k, v in sorted(items.items())]
     extra = f", +{len(pairs) - MAX_SHOWN_KEYS} more" if len(pairs) > MAX_SHOWN_KEYS else ""
@@ -170,10 +182,11 @@ class Grouping:
             if len(plain) == 1:  # the method's own parameters keep its name
                 for key in keys:
                     diff = _differing([variants[plain[0]], variants[key]])[1]
-                    label_of[(name, key)] = name if key == plain[0] else f"{name} ({_shown(diff)})"
+                    label_of[(name, key)] = (name if key == plain[0]
+                                            else variant_label(name, _shown(diff)))
                 continue
             for key, diff in zip(keys, _differing([variants[k] for k in keys]), strict=True):
-                label_of[(name, key)] = f"{name} ({_shown(diff)})"
+                label_of[(name, key)] = variant_label(name, _shown(diff))
         labels = list(label_of.values())
         for (name, key), label in list(label_of.items()):
             if labels.count(label) > 1:  # variants that differ beyond the keys shown

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import style
+from analysis.cells import split_variant
 from analysis.plotting import FigureResult, Options, require, save
 from analysis.search_outcomes import outcome
 from analysis.stats import mean_ci
@@ -172,8 +173,8 @@ def _tick(method: str, lag: str) -> str:
     """A cell's label for a narrow column: a variant's changed parameters on a line of their
     own, without the method's prefix (`bapo (bapo.low_start=0.8)` -> `bapo` / `low_start=0.8`),
     and a measured lag's source below it (`lag ~13` / `(replay)`)."""
-    name, _, params = method.partition(" (")
-    method = name if not params else f"{name}\n{params.rstrip(')').replace(f'{name}.', '')}"
+    name, changed = split_variant(method)
+    method = name if not changed else f"{name}\n{changed.replace(f'{name}.', '')}"
     return f"{method}\nlag {lag.replace(' (', chr(10) + '(')}"
 
 

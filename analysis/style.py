@@ -14,6 +14,8 @@ matplotlib.use("Agg")  # headless: figures are files, never windows
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from analysis.cells import split_variant  # noqa: E402
+
 # The paper's baseline and the method it proposes, by label: the figures and claims that
 # compare the two by name (Fig 9, the random-reward control, REPORT's claims) read these.
 # What a method does (its bounds, its decision's records) comes from its traits instead.
@@ -88,8 +90,8 @@ def _variant_colours(methods: set[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     by_base: dict[str, list[str]] = {}
     for m in sorted(methods):
-        base = m.split(" (", 1)[0]
-        if base != m and base in KNOWN_METHOD_COLORS:
+        base, changed = split_variant(m)
+        if changed and base in KNOWN_METHOD_COLORS:
             by_base.setdefault(base, []).append(m)
     for base, variants in by_base.items():
         rgb = matplotlib.colors.to_rgb(KNOWN_METHOD_COLORS[base])
