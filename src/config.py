@@ -20,6 +20,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from src._numerics import MODES as NUMERICS_MODES
+from src._numerics import active_mode as active_numerics
 from src.algorithms import AGGREGATIONS, METHODS, Method, build_method
 from src.config_fields import (
     ConfigError,
@@ -246,6 +248,12 @@ class Config:
                           "true | false", one_of(("auto", "true", "false"), "auto, true or false"))
     overwrite: bool = setting(False, "true: move an existing run dir aside and start fresh")
     cache_dir: str = setting(".cache", "warm-start cache (a run writes only here and in its run dir)")
+    # Its default is the mode this process loaded torch in (src/_numerics.py: the command
+    # line's numerics=..., else REPRO_NUMERICS, else portable), so a yaml cannot switch it.
+    numerics: str = setting(active_numerics(), "portable: CPU kernels pinned to AVX2, the same numbers "
+                            "on any x86-64 CPU | native: the CPU's widest instructions (its own "
+                            "rounding); read before torch loads, so give it on the command line "
+                            "(src/_numerics.py)", one_of(NUMERICS_MODES))
     method: MethodConfig = field(default_factory=MethodConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -98,7 +98,16 @@ def job_run_dir(raw: DictConfig, multirun: bool) -> Path:
 
 
 def check_machine(cfg: Config) -> None:
-    """What the values alone cannot show: the device, the rollout engine, the task's data."""
+    """What the values alone cannot show: the numerics mode torch loaded in, the device, the
+    rollout engine, the task's data."""
+    from src._numerics import ENV_MODE, active_mode
+
+    if cfg.numerics != active_mode():
+        raise ConfigError(
+            f"numerics: the config says {cfg.numerics!r} but torch loaded in {active_mode()!r} "
+            "mode, and the instruction set is fixed when torch loads; give "
+            f"numerics={cfg.numerics} on the command line or set {ENV_MODE}={cfg.numerics}, "
+            "not in a yaml")
     if cfg.device.startswith("cuda"):
         import torch
 

@@ -104,6 +104,7 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
 def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, lock) -> str:
     import torch
 
+    from src._numerics import fingerprint as numerics_fingerprint
     from src.build import (
         build_backend,
         build_evaluator,
@@ -160,6 +161,7 @@ def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, loc
                     experiment=cfg.experiment.name, staleness=cfg.train.staleness, seed=cfg.seed,
                     resumed_at_step=state.step if payload is not None else None,
                     cpu=platform.processor() or platform.machine(), threads=cfg.train.threads,
+                    numerics=numerics_fingerprint(threads=cfg.train.threads),
                     omp_wait=dict(WAIT_CHOICE), staleness_mode=cfg.train.staleness_mode,
                     warm_start=info.get("path"), warm_start_weights=info.get("weights_sha256"),
                     overrides=list(overrides) if overrides is not None else None)

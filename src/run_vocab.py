@@ -79,12 +79,14 @@ NON_NUMERIC_KEYS = (
     "method.traits",  # derived from method.objective (MethodTraits below)
 )
 # Sections added to config.yaml after runs were committed, with the values those runs
-# used: a config.yaml without the section was made with these (a test keeps them equal to
-# the dataclass defaults in src/config.py).
+# used: a config.yaml without the section was made with these. `offpolicy` holds today's
+# defaults (a test keeps them equal to src/config.py's); `numerics` does not: runs made
+# before the mode existed pinned nothing, i.e. ran native, while today's default is portable.
 ADDED_SECTIONS = {
     "offpolicy": {"source": "fresh", "anchor": "coupled", "weight_cap": 2.0, "delay": None,
                   "replay_capacity": None, "replay_draws": None, "token_budget": None,
                   "mask_stale_prefix": None},
+    "numerics": "native",
 }
 # Before each method owned its parameters, config.yaml kept them flat under `method:`
 # (method.c_low, method.q, method.entropy_scope, method.bapo.*). Old layout -> the
@@ -161,7 +163,8 @@ def upgrade_config(cfg: dict) -> dict:
     """A stored config in today's layout: the method's section, and every section added
     since with the values the run used (`ADDED_SECTIONS`)."""
     cfg = upgrade_method_layout(cfg)
-    missing = {k: dict(v) for k, v in ADDED_SECTIONS.items() if k not in cfg}
+    missing = {k: dict(v) if isinstance(v, dict) else v
+               for k, v in ADDED_SECTIONS.items() if k not in cfg}
     return {**cfg, **missing} if missing else cfg
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import src  # noqa: F401 - pins the numerics mode (src/_numerics.py) before any test loads torch
+
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
