@@ -33,7 +33,8 @@ def build_model(cfg: Config, task, device: torch.device, progress: bool):
         model, tokenizer, info = warm_start(task, dict(cfg.model.architecture), dict(cfg.model.sft),
                                             Path(cfg.cache_dir) / "warm_start",
                                             seed=cfg.model.warm_start_seed, progress=progress,
-                                            device=device, autocast=cfg.model.autocast)
+                                            device=device, autocast=cfg.model.autocast,
+                                            numerics=cfg.numerics)
     else:
         from src.models.hf import load_hf_model
 

@@ -284,3 +284,58 @@ def test_load_hf_model_local_round_trip(tok, tmp_path):
     loaded.eval()
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, loaded(ids).logits)
+
+
+def test_a_shipped_build_is_loaded_before_the_cache_and_nothing_is_built(task, tmp_path, capsys):
+    import shutil
+
+    cache, shipped = tmp_path / "cache", tmp_path / "shipped"
+    _, _, built = warm_start(task, TINY_MODEL, TINY_SFT, cache, seed=0, progress=False)
+    shutil.copytree(built["path"], shipped / built["key"])
+    # another build of the same key in the cache (as another CPU made it): never used
+    model_file = cache / built["key"] / "model.safetensors"
+    model_file.write_bytes(model_file.read_bytes()[:-4] + b"\x00\x00\x00\x00")
+    capsys.readouterr()
+    _, _, info = warm_start(task, TINY_MODEL, TINY_SFT, cache, seed=0, progress=False,
+                            shipped_dir=shipped)
+    assert info["path"] == str(shipped / built["key"]) and info["cache_hit"] is True
+    assert info["weights_sha256"] == built["weights_sha256"]
+    assert capsys.readouterr().out == ""
+    # without the shipped dir the cache's entry is what loads
+    _, _, cached = warm_start(task, TINY_MODEL, TINY_SFT, cache, seed=0, progress=False,
+                              shipped_dir=None)
+    assert cached["path"] == str(cache / built["key"])
+    assert cached["weights_sha256"] != built["weights_sha256"]
+
+
+def test_a_cache_entry_of_another_numerics_mode_is_set_aside_not_used(task, tmp_path, capsys):
+    _, _, built = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path, seed=0, progress=False,
+                             shipped_dir=None)
+    entry = tmp_path / built["key"]
+    info = json.loads((entry / "info.json").read_text())
+    assert info["numerics"]["mode"] == "portable" and info["numerics"]["threads"] == 2
+    del info["numerics"]  # as entries made before the mode existed: native, nothing pinned
+    (entry / "info.json").write_text(json.dumps(info))
+    capsys.readouterr()
+    _, _, again = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path, seed=0, progress=False,
+                             shipped_dir=None)
+    assert again["cache_hit"] is False and again["path"] == str(entry)
+    assert "records no 'portable' numerics build; moved it to" in capsys.readouterr().out
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith(f"{built['key']}.set-aside-")]
+    assert len(aside) == 1 and (aside[0] / "model.safetensors").is_file()  # kept, not deleted
+    assert again["weights_sha256"] == built["weights_sha256"]
+
+
+def test_the_build_runs_on_its_own_thread_count_whatever_the_runs(task, tmp_path):
+    from src.models.warm_start import BUILD_THREADS
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _, _, one = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path / "a", seed=0, progress=False)
+        assert torch.get_num_threads() == 1  # the run's own count is put back
+    finally:
+        torch.set_num_threads(before)
+    _, _, two = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path / "b", seed=0, progress=False)
+    assert one["torch_threads"] == two["torch_threads"] == BUILD_THREADS == 2
+    assert one["weights_sha256"] == two["weights_sha256"]

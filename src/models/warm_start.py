@@ -10,8 +10,16 @@ see `src/models/precision.py`); a GPU check warm-starts a 25-100M model that way
 a minute (an estimate: benchmarks/gpu_estimate.py) instead of hours on CPU.
 
 The result is cached under `cache_dir/<key>/` where `key` hashes (task config, model config,
-SFT config, seed, WARM_START_VERSION, and the device type and autocast dtype when they are
-not the CPU / fp32 default, since those change the weights) after defaults are filled in.
+SFT config, seed, WARM_START_VERSION, and the device type, autocast dtype and numerics mode
+when they are not the CPU / fp32 / portable default, since those change the weights) after
+defaults are filled in. The SFT always runs on `BUILD_THREADS` CPU threads, whatever the
+run's own count, because threads split its reductions and so change the weights.
+
+Builds that committed results start from are shipped in the repository
+(`experiments/warm_starts/<key>/`, `SHIPPED_DIR`): a run whose key has a shipped build loads
+it and never builds, so every machine starts from the same weights, even one whose CPU
+would round the SFT otherwise. `experiments/warm_starts/rebuild.py` rebuilds them from
+scratch and compares the digests.
 The directory holds the model and tokenizer (`save_pretrained`, so `load_hf_model(path)`
 also opens it) and `info.json`. It is written to a temporary directory and renamed into
 place, so a crash never leaves a half-written cache entry and concurrent writers cannot
@@ -47,6 +55,10 @@ from src.tasks.base import Problem, Task
 # Bump when the SFT recipe changes in a way that changes the weights for the same config.
 # 2: packed SFT batches.
 WARM_START_VERSION = 2
+# The SFT's CPU threads, fixed: the shipped builds were made with 2 (a build with another
+# count rounds its reductions otherwise and gives other weights).
+BUILD_THREADS = 2
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "experiments" / "warm_starts"
 
 DEFAULT_MODEL_CFG: dict[str, Any] = {
     "arch": "llama",
@@ -101,19 +113,24 @@ def resolve_configs(
     return m, s
 
 
-def _runtime(device: torch.device | str, autocast_name: str | None) -> dict[str, str]:
-    """What besides the configs changes the SFT's numbers; empty for the CPU fp32 default,
-    so the default's cache keys are those of earlier versions."""
+def _runtime(device: torch.device | str, autocast_name: str | None,
+             numerics: str = "portable") -> dict[str, str]:
+    """What besides the configs changes the SFT's numbers; empty for the CPU fp32 portable
+    default, so the default's cache keys are those of earlier versions (and of the shipped
+    builds). A native build's key names its mode: its weights depend on the CPU."""
     runtime = {}
     if torch.device(device).type != "cpu":
         runtime["device"] = torch.device(device).type
     if autocast_name is not None:
         runtime["autocast"] = autocast_name
+    if numerics != "portable" and torch.device(device).type == "cpu":
+        runtime["numerics"] = numerics
     return runtime
 
 
 def cache_key(task: Task, model_cfg: dict[str, Any], sft_cfg: dict[str, Any], seed: int,
-              *, device: torch.device | str = "cpu", autocast: str | None = None) -> str:
+              *, device: torch.device | str = "cpu", autocast: str | None = None,
+              numerics: str = "portable") -> str:
     m, s = resolve_configs(model_cfg, sft_cfg)
     payload = {
         "version": WARM_START_VERSION,
@@ -122,7 +139,7 @@ def cache_key(task: Task, model_cfg: dict[str, Any], sft_cfg: dict[str, Any], se
         "sft": s,
         "seed": int(seed),
     }
-    runtime = _runtime(device, autocast)
+    runtime = _runtime(device, autocast, numerics)
     if runtime:
         payload["runtime"] = runtime
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
@@ -139,21 +156,41 @@ def warm_start(
     progress: bool = True,
     device: torch.device | str = "cpu",
     autocast: str | None = None,
+    numerics: str = "portable",
+    shipped_dir: Path | None = SHIPPED_DIR,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, dict[str, Any]]:
-    """Return (model, tokenizer, info), from the cache when present, else trained and cached.
+    """Return (model, tokenizer, info): the shipped build of this key when there is one, else
+    from the cache when present, else trained and cached.
 
-    `info["cache_hit"]` says which; `info["path"]` is the cache entry. The model is fp32 in
-    eval mode, on `device` when it was trained here and on CPU when it came from the cache.
-    SFT (on `device`, under `autocast` when given) uses training problems
-    `0 .. steps*batch_size - 1` (`info["next_train_index"]` is the first unused one).
+    `info["cache_hit"]` says whether nothing was built; `info["path"]` is the entry loaded.
+    The model is fp32 in eval mode, on `device` when it was trained here and on CPU when it
+    was loaded. SFT (on `device`, under `autocast` when given, on `BUILD_THREADS` threads)
+    uses training problems `0 .. steps*batch_size - 1` (`info["next_train_index"]` is the
+    first unused one). `numerics` is the mode torch loaded in (src/_numerics.py).
     """
     m_cfg, s_cfg = resolve_configs(model_cfg, sft_cfg)
-    key = cache_key(task, m_cfg, s_cfg, seed, device=device, autocast=autocast)
+    key = cache_key(task, m_cfg, s_cfg, seed, device=device, autocast=autocast, numerics=numerics)
+    if shipped_dir is not None and (Path(shipped_dir) / key / "info.json").is_file():
+        return _load(Path(shipped_dir) / key, cache_hit=True)
     cache_dir = Path(cache_dir)
     final = cache_dir / key
     if (final / "info.json").is_file():
-        return _load(final, cache_hit=True)
+        if torch.device(device).type != "cpu" or _built_in(final) == numerics:
+            return _load(final, cache_hit=True)
+        aside = set_aside(final)  # made before its mode was recorded: maybe another rounding
+        print(f"warm start: {final} records no {numerics!r} numerics build; moved it to "
+              f"{aside} and building it again", flush=True)
+    return build(task, m_cfg, s_cfg, final, seed=seed, progress=progress, device=device,
+                 autocast=autocast, numerics=numerics)
 
+
+def build(task: Task, m_cfg: dict[str, Any], s_cfg: dict[str, Any], final: Path, *, seed: int,
+          progress: bool, device: torch.device | str, autocast: str | None,
+          numerics: str) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, dict[str, Any]]:
+    """Train the warm start of resolved configs into the entry `final` (written atomically)."""
+    from src._numerics import fingerprint
+
+    key = final.name
     print(build_notice(final, m_cfg, s_cfg), flush=True)
     tokenizer = train_tokenizer(task.corpus(int(m_cfg["tokenizer_corpus"])), m_cfg["vocab_size"])
     model = build_tiny_model(
@@ -167,24 +204,30 @@ def warm_start(
         tie_word_embeddings=m_cfg["tie_word_embeddings"],
         seed=seed,
     ).to(device)
-    t0, c0 = time.perf_counter(), time.process_time()
-    with autocast_context(device, autocast):
-        losses = sft(model, tokenizer, task, s_cfg, seed=seed, progress=progress)
-    _synchronize(device)
-    sft_seconds, sft_cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-    t0 = time.perf_counter()
-    with autocast_context(device, autocast):
-        metrics = evaluate(
-            model,
-            tokenizer,
-            task,
-            task.eval_problems(int(s_cfg["eval_problems"])),
-            num_samples=int(s_cfg["eval_samples"]),
-            temperature=float(s_cfg["eval_temperature"]),
-            max_new_tokens=int(s_cfg["max_new_tokens"]),
-            seed=seed,
-            progress=progress,
-        )
+    run_threads = torch.get_num_threads()
+    torch.set_num_threads(BUILD_THREADS)  # the eval too, so that info.json is the same
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        with autocast_context(device, autocast):
+            losses = sft(model, tokenizer, task, s_cfg, seed=seed, progress=progress)
+        _synchronize(device)
+        sft_seconds, sft_cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+        build_fingerprint = fingerprint(threads=BUILD_THREADS)
+        t0 = time.perf_counter()
+        with autocast_context(device, autocast):
+            metrics = evaluate(
+                model,
+                tokenizer,
+                task,
+                task.eval_problems(int(s_cfg["eval_problems"])),
+                num_samples=int(s_cfg["eval_samples"]),
+                temperature=float(s_cfg["eval_temperature"]),
+                max_new_tokens=int(s_cfg["max_new_tokens"]),
+                seed=seed,
+                progress=progress,
+            )
+    finally:
+        torch.set_num_threads(run_threads)
     tail = losses[-max(1, len(losses) // 10) :]
     info: dict[str, Any] = {
         "key": key,
@@ -193,7 +236,8 @@ def warm_start(
         "model": m_cfg,
         "sft": s_cfg,
         "seed": int(seed),
-        "runtime": _runtime(device, autocast),
+        "runtime": _runtime(device, autocast, numerics),
+        "numerics": build_fingerprint,
         "num_parameters": num_parameters(model),
         "vocab_size": len(tokenizer),
         "sft_loss_first": losses[0],
@@ -209,7 +253,7 @@ def warm_start(
         **metrics,
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": BUILD_THREADS,
         "machine": platform.machine(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -461,6 +505,21 @@ def _save_atomically(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _built_in(entry: Path) -> str:
+    """The numerics mode a cache entry was built in; entries made before the mode existed
+    record none and count as native (nothing was pinned)."""
+    info = json.loads((entry / "info.json").read_text())
+    return (info.get("numerics") or {}).get("mode", "native")
+
+
+def set_aside(entry: Path) -> Path:
+    """Move a cache entry out of the way (kept, never deleted); returns where it went."""
+    aside = entry.with_name(f"{entry.name}.set-aside-{time.strftime('%Y%m%d-%H%M%S')}-"
+                            f"{uuid.uuid4().hex[:6]}")
+    os.rename(entry, aside)
+    return aside
 
 
 def weights_digest(path: Path) -> str:
