@@ -1,29 +1,38 @@
-"""Rerun one committed cell and check it against experiments/results, record by record.
+"""Rerun committed cells and check each against its committed run, record by record.
 
-    python experiments/verify_cell.py staleness_4x/bapo/seed1 [--results experiments/results]
-                                      [--out DIR] [--keep]
+    python experiments/verify_cell.py experiments/paper_grid/staleness_4x/bapo/seed0
+    python experiments/verify_cell.py experiments/paper_grid/staleness_4x      # every run below
+    python experiments/verify_cell.py RUN_DIR [RUN_DIR ...] [--out DIR] [--keep]
+    python experiments/verify_cell.py staleness_4x/bapo/seed1 --results experiments/results
 
-The cell is rerun with `python -m src.run experiment=... method=... seed=...` into a
-scratch dir (the warm start comes from the cache, or is rebuilt the same way). Then every
-metrics.jsonl record must equal the committed one except `time_*` fields (keys the
-committed records lack, i.e. telemetry added since, are listed, not compared), and every
-committed token row (a sample of whole responses) must equal the rerun's row for the same
-(step, update, response_id, position). Runs are deterministic on one machine and library
-stack (same seed -> same numbers); another CPU or torch build may differ in the last bits,
-which this check reports rather than hides.
+Each committed run dir (a dir with metrics.jsonl and meta.json; a dir given is searched for
+them) is rerun with the command that made it: `python -m src.run` with the overrides its
+meta.json records, in the numerics mode it records (src/_numerics.py), into a scratch dir.
+Then every metrics.jsonl record must equal the committed one except `time_*` fields (keys
+the committed records lack, i.e. telemetry added since, are listed, not compared), and
+every committed token row (a sample of whole responses) must equal the rerun's row for the
+same (step, update, response_id, position). The verdict per run:
 
-    python experiments/verify_cell.py staleness_4x/bapo/seed1 --compare-dir runs/staleness_4x/bapo/seed1
+- bit-identical: every record and every committed token row is equal (exit 0);
+- differs, inside the interval: the rerun's final greedy accuracy (the mean of its last
+  three evals) lies inside the 95% Student-t interval of the committed seeds of its cell
+  (the run dir's `seed*` siblings), the interval the reports show (exit 1);
+- differs, outside the interval, or no interval (one committed seed) (exit 4).
 
-compares a run that already exists with the committed cell, without rerunning it.
+Both numerics fingerprints are printed: the committed run's (meta.json `numerics`; runs made
+before the mode record none) and the rerun's. With several runs the exit code is the worst
+verdict (0 < 1 < 4; a rerun that failed to run is 3; bad input is 2, before any rerun).
 
-Exit codes: 0 identical; 1 a difference (the first few are listed); 2 no such committed
-cell (or no run in --compare-dir); 3 the rerun itself failed.
+    python experiments/verify_cell.py RUN_DIR --compare-dir runs/staleness_4x/bapo/seed0
+
+compares a run that already exists with the committed one, without rerunning it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -37,8 +46,12 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: `src` is importable from the repo root
     sys.path.insert(0, str(REPO))
-EXIT_DIFFERS, EXIT_NO_CELL, EXIT_RUN_FAILED = 1, 2, 3
+EXIT_IDENTICAL, EXIT_INSIDE, EXIT_NO_CELL, EXIT_RUN_FAILED, EXIT_OUTSIDE = 0, 1, 2, 3, 4
+SEVERITY = (EXIT_IDENTICAL, EXIT_INSIDE, EXIT_OUTSIDE, EXIT_RUN_FAILED)  # mildest first
 TOKEN_KEY = ["step", "update", "response_id", "position"]
+FINAL_EVALS = 3  # "final" = the mean of the last three evals, as the reports take it
+# Overrides that change nothing a run computes and that the rerun sets itself.
+_DROPPED_OVERRIDES = ("logger.progress=", "hydra.", "numerics=")
 
 
 def _records(path: Path) -> list[dict]:
@@ -111,19 +124,138 @@ def compare_configs(committed: Path, rerun: Path) -> list[str]:
             for key, old, new in config_differences(a, b)]
 
 
+# -- the verdict beyond bit-identity ---------------------------------------------------------
+
+
+def final_greedy(run_dir: Path) -> float | None:
+    """The mean greedy accuracy of a run's last `FINAL_EVALS` evals; None without evals."""
+    evals = [r["greedy_accuracy"] for r in _records(run_dir / "metrics.jsonl")
+             if r.get("kind") == "eval" and r.get("greedy_accuracy") is not None]
+    tail = evals[-FINAL_EVALS:]
+    return sum(tail) / len(tail) if tail else None
+
+
+def seed_interval(run_dir: Path) -> tuple[float, float, float, int]:
+    """(mean, low, high, n) of the final greedy accuracy over the committed seeds of the run's
+    cell: its `seed*` siblings, the seeds a report pools."""
+    from analysis.stats import mean_ci
+
+    finals = [final_greedy(d) for d in sorted(run_dir.parent.glob("seed*"))
+              if (d / "metrics.jsonl").is_file()]
+    return mean_ci([f for f in finals if f is not None])
+
+
+def verdict(committed: Path, rerun: Path, problems: list[str]) -> tuple[int, str]:
+    """(exit code, one line) for a rerun against its committed run."""
+    if not problems:
+        return EXIT_IDENTICAL, "bit-identical"
+    mean, low, high, n = seed_interval(committed)
+    value = final_greedy(rerun)
+    if value is None:
+        return EXIT_OUTSIDE, "differs; the rerun has no eval to place in an interval"
+    if n < 2 or math.isnan(low):
+        return EXIT_OUTSIDE, (f"differs; final greedy {value:.4f}, and {n} committed seed(s) "
+                              "give no interval")
+    where = "inside" if low <= value <= high else "outside"
+    code = EXIT_INSIDE if where == "inside" else EXIT_OUTSIDE
+    return code, (f"differs, {where} the committed seeds' interval: final greedy {value:.4f} "
+                  f"against {mean:.4f} [{low:.4f}, {high:.4f}] (n={n}, mean of the last "
+                  f"{FINAL_EVALS} evals)")
+
+
+# -- finding cells and rerunning them --------------------------------------------------------
+
+
+def find_runs(path: Path) -> list[Path]:
+    """The committed run dirs at or below `path` (dirs with metrics.jsonl and meta.json)."""
+    if (path / "metrics.jsonl").is_file():
+        return [path]
+    return sorted(p.parent for p in path.rglob("metrics.jsonl") if (p.parent / "meta.json").is_file())
+
+
+def rerun_command(committed: Path, out: Path) -> list[str]:
+    """The command that made the committed run, into `out`, in the mode it records."""
+    meta = json.loads((committed / "meta.json").read_text())
+    overrides = meta.get("overrides")
+    if overrides is None:  # exported before meta recorded them: rebuild from the identity
+        overrides = [f"experiment={meta['experiment']}", f"method={meta['method']}",
+                     f"seed={meta['seed']}"]
+    kept = [o for o in overrides if not o.startswith(_DROPPED_OVERRIDES)]
+    mode = (meta.get("numerics") or {}).get("mode", "portable")
+    return [sys.executable, "-m", "src.run", *kept, f"numerics={mode}",
+            "logger.progress=False", f"hydra.run.dir={out}"]
+
+
+def describe_fingerprint(fp: dict | None) -> str:
+    if not fp:
+        return "not recorded (made before the numerics mode existed)"
+    return (f"{fp.get('mode')} mode, {fp.get('isa')} kernels, MKL branch {fp.get('mkl_branch')}, "
+            f"{fp.get('threads')} thread(s), torch {fp.get('torch')}, MKL {fp.get('mkl')}, "
+            f"{fp.get('cpu_model')} [{' '.join(fp.get('cpu_flags') or [])}]")
+
+
+def _fingerprint_of(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "meta.json").read_text()).get("numerics")
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def check_one(committed: Path, out: Path, label: str) -> int:
+    """Compare the run in `out` with `committed`, print the verdict; its exit code."""
+    print(f"{label}:")
+    for note in compare_configs(committed, out):
+        print(f"  note: config differs, {note}")
+    added = added_metrics(committed, out)
+    if added:
+        print(f"  note: this run also logs {', '.join(added)} (telemetry newer than the cell)")
+    print(f"  committed run: {describe_fingerprint(_fingerprint_of(committed))}")
+    print(f"  this run:      {describe_fingerprint(_fingerprint_of(out))}")
+    problems = compare_metrics(committed, out) + compare_tokens(committed, out)
+    code, line = verdict(committed, out, problems)
+    print(f"  verdict: {line}")
+    for problem in problems:
+        print(f"    {problem}")
+    return code
+
+
 def _fail(code: int, message: str) -> None:
     print(message, file=sys.stderr)
     raise SystemExit(code)
+
+
+def resolve_cells(cells: list[str], results: Path) -> list[Path]:
+    """Run dirs for the arguments: paths (a run dir or a dir of them), or the short form
+    experiment/method/seedN under `results`. Every argument is checked before any rerun."""
+    runs: list[Path] = []
+    for cell in cells:
+        path = Path(cell)
+        if not path.exists() and re.fullmatch(r"[^/]+/[^/]+/seed\d+", cell.strip("/")):
+            path = results / cell.strip("/")
+            if not (path / "metrics.jsonl").is_file():
+                _fail(EXIT_NO_CELL, f"no committed cell {cell}: {path} has no metrics.jsonl; "
+                                    f"list the cells with `ls {results}/*/*`")
+        if not path.is_dir():
+            _fail(EXIT_NO_CELL, f"{cell}: not a run dir, a dir of run dirs, or a cell like "
+                                "staleness_4x/bapo/seed1")
+        found = find_runs(path)
+        if not found:
+            _fail(EXIT_NO_CELL, f"{cell}: no committed run below it (a run dir holds "
+                                "metrics.jsonl and meta.json)")
+        runs.extend(found)
+    return runs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("cell", help="experiment/method/seedN, as under experiments/results")
-    parser.add_argument("--results", type=Path, default=REPO / "experiments" / "results")
-    parser.add_argument("--out", type=Path, help="rerun dir (default: a temporary dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the rerun dir")
+    parser.add_argument("cells", nargs="+", metavar="CELL",
+                        help="a committed run dir, a dir of them, or experiment/method/seedN")
+    parser.add_argument("--results", type=Path, default=REPO / "experiments" / "results",
+                        help="root of the short experiment/method/seedN form")
+    parser.add_argument("--out", type=Path, help="rerun dir of a single cell (default: temporary)")
+    parser.add_argument("--keep", action="store_true", help="keep the rerun dirs")
     parser.add_argument(
         "--compare-dir",
         type=Path,
@@ -131,40 +263,36 @@ def main() -> None:
         help="compare this existing run dir with the committed cell instead of rerunning",
     )
     args = parser.parse_args()
-    m = re.fullmatch(r"([^/]+)/([^/]+)/seed(\d+)", args.cell.strip("/"))
-    if not m:
-        _fail(EXIT_NO_CELL, f"cell must look like staleness_4x/bapo/seed1, got {args.cell!r}")
-    committed = args.results / args.cell
-    if not (committed / "metrics.jsonl").is_file():
-        _fail(EXIT_NO_CELL, f"no committed cell {args.cell}: {committed} has no metrics.jsonl; "
-                            f"list the cells with `ls {args.results}/*/*`")
-    scratch = None
-    if args.compare_dir is not None:
-        out = args.compare_dir
-        if not (out / "metrics.jsonl").is_file():
-            _fail(EXIT_NO_CELL, f"--compare-dir {out} has no metrics.jsonl: not a run dir")
-    else:
-        scratch = None if args.out else Path(tempfile.mkdtemp(prefix="verify_cell_"))
-        out = args.out or scratch / "run"  # a dir src.run makes itself: no resume, no overwrite
-        experiment, method, seed = m.groups()
-        cmd = [sys.executable, "-m", "src.run", f"experiment={experiment}", f"method={method}",
-               f"seed={seed}", f"hydra.run.dir={out}"]
-        print("$", " ".join(cmd), flush=True)
-        if subprocess.run(cmd, cwd=REPO).returncode != 0:
-            _fail(EXIT_RUN_FAILED, f"the rerun of {args.cell} failed (see above); nothing compared")
-    for note in compare_configs(committed, out):
-        print(f"  note: config differs, {note}")
-    added = added_metrics(committed, out)
-    if added:
-        print(f"  note: this run also logs {', '.join(added)} (telemetry newer than the cell)")
-    problems = compare_metrics(committed, out) + compare_tokens(committed, out)
-    if scratch is not None and not args.keep:
-        shutil.rmtree(scratch)
-    if problems:
-        print(f"{args.cell}: DIFFERS from the committed run", *problems, sep="\n  ")
-        raise SystemExit(EXIT_DIFFERS)
-    print(f"{args.cell}: every metric record and every committed token row is identical "
-          "(timing fields ignored)")
+    runs = resolve_cells(args.cells, args.results)
+    if (args.out or args.compare_dir) and len(runs) > 1:
+        _fail(EXIT_NO_CELL, f"--out and --compare-dir take one cell; {len(runs)} were given")
+    if args.compare_dir is not None and not (args.compare_dir / "metrics.jsonl").is_file():
+        _fail(EXIT_NO_CELL, f"--compare-dir {args.compare_dir} has no metrics.jsonl: not a run dir")
+    scratch = Path(tempfile.mkdtemp(prefix="verify_cell_")) if not (args.out or args.compare_dir) else None
+    codes = []
+    try:
+        for i, committed in enumerate(runs):
+            label = str(committed.relative_to(REPO)) if committed.is_relative_to(REPO) else str(committed)
+            out = args.compare_dir or args.out or scratch / f"run{i}"
+            if args.compare_dir is None:
+                cmd = rerun_command(committed, out)
+                print("$", " ".join(cmd[1:]), flush=True)
+                if subprocess.run(cmd, cwd=REPO).returncode != 0:
+                    print(f"the rerun of {label} failed (see above); nothing compared",
+                          file=sys.stderr)
+                    codes.append(EXIT_RUN_FAILED)
+                    continue
+            codes.append(check_one(committed, out, label))
+    finally:
+        if scratch is not None and not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    worst = max(codes, key=SEVERITY.index)
+    if len(runs) > 1:
+        counts = {c: codes.count(c) for c in SEVERITY if codes.count(c)}
+        names = {EXIT_IDENTICAL: "bit-identical", EXIT_INSIDE: "inside the interval",
+                 EXIT_OUTSIDE: "outside the interval", EXIT_RUN_FAILED: "failed to run"}
+        print(f"{len(runs)} runs: " + ", ".join(f"{n} {names[c]}" for c, n in counts.items()))
+    raise SystemExit(worst)
 
 
 if __name__ == "__main__":

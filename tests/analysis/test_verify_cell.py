@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
 from experiments import export_results as export
 from experiments import verify_cell as verify
@@ -71,7 +72,7 @@ def test_exit_codes_tell_a_missing_cell_from_a_difference(tmp_path, write_run):
 
     same = _cli(*cell, "--compare-dir", str(run.path))
     assert same.returncode == 0, same.stderr
-    assert "every metric record and every committed token row is identical" in same.stdout
+    assert "verdict: bit-identical" in same.stdout
 
     # Timings differ between any two runs and are ignored; a number is not.
     changed = tmp_path / "changed"
@@ -85,7 +86,9 @@ def test_exit_codes_tell_a_missing_cell_from_a_difference(tmp_path, write_run):
     lines[2]["loss"] = lines[2]["loss"] + 1.0
     (changed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     differs = _cli(*cell, "--compare-dir", str(changed))
-    assert differs.returncode == 1 and "DIFFERS" in differs.stdout and "loss" in differs.stdout
+    # one committed seed gives no interval to judge the difference by
+    assert differs.returncode == 4 and "loss" in differs.stdout
+    assert "differs; final greedy" in differs.stdout and "give no interval" in differs.stdout
 
     missing = _cli("staleness_4x/bapo/seed7", "--results", str(results))
     assert missing.returncode == 2 and "no committed cell staleness_4x/bapo/seed7" in missing.stderr
@@ -97,10 +100,80 @@ def test_exit_codes_tell_a_missing_cell_from_a_difference(tmp_path, write_run):
 def test_a_rerun_that_cannot_start_is_its_own_exit_code(tmp_path, write_run):
     run = write_run(tmp_path / "runs", "bapo", 4, 0, steps=3, tokens_per_step=320)
     results = tmp_path / "results"
-    export.export_run(run.path, results / "staleness_4x" / "bapo" / "seed0", 0.5, "cell")
+    committed = results / "staleness_4x" / "bapo" / "seed0"
+    export.export_run(run.path, committed, 0.5, "cell")
+    meta = json.loads((committed / "meta.json").read_text())
+    meta["overrides"] = ["seed=0", "method=bapo", "experiment=staleness_4x"]
+    (committed / "meta.json").write_text(json.dumps(meta))
     # --out holds a run made with another config: src.run refuses it (exit 2) before any
     # work, so there is nothing to compare.
     failed = _cli("staleness_4x/bapo/seed0", "--results", str(results), "--out", str(run.path))
     assert failed.returncode == 3, failed.stderr[-2000:]
     assert "holds a run made with another config" in failed.stderr
-    assert "the rerun of staleness_4x/bapo/seed0 failed" in failed.stderr
+    assert "staleness_4x/bapo/seed0 failed (see above); nothing compared" in failed.stderr
+
+
+def _set_evals(run_dir: Path, greedy: list[float]) -> None:
+    """Give a run's eval records these greedy accuracies, in order."""
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in lines if r["kind"] == "eval"]
+    assert len(evals) == len(greedy)
+    for rec, value in zip(evals, greedy, strict=True):
+        rec["greedy_accuracy"] = value
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def test_a_difference_is_judged_by_the_committed_seeds_interval(tmp_path, write_run):
+    from analysis.stats import t975
+
+    runs = [write_run(tmp_path / "runs", "bapo", 4, s, steps=4, evals_every=2) for s in range(3)]
+    # three evals each (steps 0, 2, 4): "final" is their mean
+    finals = {0: [0.3, 0.4, 0.5], 1: [0.3, 0.5, 0.6], 2: [0.3, 0.6, 0.6]}
+    for s, values in finals.items():
+        _set_evals(runs[s].path, values)
+    means = [sum(v) / 3 for v in finals.values()]
+    assert verify.final_greedy(runs[1].path) == pytest.approx(means[1])
+    m = sum(means) / 3
+    sd = (sum((x - m) ** 2 for x in means) / 2) ** 0.5
+    half = t975(2) * sd / 3 ** 0.5
+    mean, low, high, n = verify.seed_interval(runs[0].path)
+    assert (n, mean) == (3, pytest.approx(m)) and (low, high) == (pytest.approx(m - half), pytest.approx(m + half))
+
+    rerun = tmp_path / "rerun"
+    shutil.copytree(runs[0].path, rerun)
+    assert verify.verdict(runs[0].path, rerun, []) == (verify.EXIT_IDENTICAL, "bit-identical")
+    _set_evals(rerun, [0.3, 0.45, 0.55])  # final 0.433: inside [m - half, m + half]
+    code, line = verify.verdict(runs[0].path, rerun, ["a difference"])
+    assert code == verify.EXIT_INSIDE and line.startswith("differs, inside the committed seeds' interval")
+    _set_evals(rerun, [0.3, 0.95, 0.95])  # final 0.733: far above
+    code, line = verify.verdict(runs[0].path, rerun, ["a difference"])
+    assert code == verify.EXIT_OUTSIDE and line.startswith("differs, outside")
+
+
+def test_the_rerun_is_the_command_that_made_the_run_in_its_mode(tmp_path, write_run):
+    run = write_run(tmp_path / "runs", "bapo", 4, 1, steps=2)
+    meta = json.loads((run.path / "meta.json").read_text())
+    meta["overrides"] = ["seed=1", "method=bapo", "experiment=delay_64", "train.threads=1",
+                         "logger.progress=false"]
+    (run.path / "meta.json").write_text(json.dumps(meta))
+    cmd = verify.rerun_command(run.path, tmp_path / "out")
+    # a run made before the mode existed records none: reruns take the portable default
+    assert cmd[1:] == ["-m", "src.run", "seed=1", "method=bapo", "experiment=delay_64",
+                       "train.threads=1", "numerics=portable", "logger.progress=False",
+                       f"hydra.run.dir={tmp_path / 'out'}"]
+    meta["numerics"] = {"mode": "native"}
+    (run.path / "meta.json").write_text(json.dumps(meta))
+    assert "numerics=native" in verify.rerun_command(run.path, tmp_path / "out")
+
+
+def test_a_dir_of_runs_is_every_run_below_it_and_bad_paths_are_named(tmp_path, write_run):
+    runs = [write_run(tmp_path / "root", m, 4, s, steps=2) for m in ("ppo", "bapo") for s in (0, 1)]
+    assert verify.find_runs(tmp_path / "root") == sorted(r.path for r in runs)
+    assert verify.find_runs(runs[0].path) == [runs[0].path]
+    out = _cli(str(tmp_path / "nowhere"))
+    assert out.returncode == 2 and "not a run dir, a dir of run dirs" in out.stderr
+    (tmp_path / "empty").mkdir()
+    out = _cli(str(tmp_path / "empty"))
+    assert out.returncode == 2 and "no committed run below it" in out.stderr
+    out = _cli(str(tmp_path / "root"), "--compare-dir", str(runs[0].path))
+    assert out.returncode == 2 and "--out and --compare-dir take one cell; 4 were given" in out.stderr
