@@ -15,17 +15,21 @@ clipped by the other, the reverse, or either. A header per update counts tokens 
 state by sign and gives the bounds (and an adaptive method's decision: rho before and after
 its search). With --vs the two runs sit side by side, paired token by token (see
 analysis/token_view_data.py for what "paired" means and when it is the same sample).
-The URL fragment holds the state (step, update, color, filter, lowp), so a view can be
-linked. Exported runs keep a sample of whole responses; the page says so and how large.
+The URL fragment holds the state, so a view can be linked: step, update, color
+(clip|ratio|sign|entropy|prob|lag, and compare with --vs), filter (a comma list: clipped,
+pos, neg, entinc, and with --vs keptclip, clipkept, differs), lowp, token=RESPONSE:POSITION
+(selected and scrolled to). Exported runs keep a sample of whole responses; the page says so and how large.
 
 The page opens from disk with no network: the data is one gzipped base64 blob of typed
 columns (inflated by the browser's DecompressionStream) plus a JSON head holding each used
 token id's text once. Every complete step goes into the page when the token rows of both
 runs fit ROW_BUDGET; otherwise only the steps given with --step (default: the first).
 
-Measured (benchmarks/bench_token_view.py; headless Chromium 150, 2 shared CPU cores):
-    committed 4x pair, bapo vs ppo seed 0, all 30 steps (53.5K rows):  see that script's
-    docstring for the page size and time to first render.
+Measured (benchmarks/bench_token_view.py, headless Chromium 150 on 2 busy CPU cores): the
+committed 4x pair (bapo vs ppo seed 0, all 30 steps, 53K token rows) makes a 0.84 MiB page
+that renders in 125-170 ms from navigation start (0.2-0.4 s to a painted screenshot beyond a
+blank page's); one full-size 4x step of 128 responses (31K rows a run, both runs) 1.25 MiB
+and 180-190 ms (0.65-0.95 s painted); a page at the row budget 2.5 MiB and 240-280 ms.
 
 Bad input (a run dir without token rows, a step not logged, runs that do not pair, no
 tokenizer) exits 2 with one line on stderr, before anything is written.
@@ -67,8 +71,8 @@ from analysis.token_view_data import (  # noqa: E402
 from src.run_vocab import CLIP_STATE_NAMES, NO_GRADIENT_STATES  # noqa: E402
 
 EXIT_BAD_INPUT = 2
-# Token rows (both runs together) past which only the chosen steps go into the page: at about
-# 12 bytes a row once packed, this keeps a page under ~2 MB.
+# Token rows (both runs together) past which only the chosen steps go into the page: at 16-20
+# bytes a row once packed (benchmarks/bench_token_view.py), a page stays under ~3 MiB.
 ROW_BUDGET = 150_000
 TEMPLATE = Path(__file__).with_name("token_view.html")
 SCRIPT = Path(__file__).with_name("token_view.js")
@@ -121,10 +125,31 @@ def token_texts(tokenizer_dir: Path, ids: np.ndarray) -> list[str]:
     texts = []
     for i in ids.tolist():
         text = tok.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        if "\ufffd" in text:  # a byte-level piece of a multi-byte character
-            text = tok.convert_ids_to_tokens(i)
+        if "\ufffd" in text:  # bytes that are no whole UTF-8 character on their own
+            text = raw_bytes(tok.convert_ids_to_tokens(i))
         texts.append(visible(text))
     return texts
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """The byte-level BPE's character for each byte (GPT-2's table), inverted."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: b for b in kept}
+    for n, b in enumerate(b for b in range(256) if b not in chars):
+        chars[b] = 256 + n
+    return {chr(c): b for b, c in chars.items()}
+
+
+BYTE_OF_CHAR = _byte_level_alphabet()
+
+
+def raw_bytes(piece: str) -> str:
+    """A byte-level token's bytes, those that are no UTF-8 character escaped (\\xf2), so a
+    sampled stray byte does not pass for the letter that spells it in the vocabulary."""
+    if not all(ch in BYTE_OF_CHAR for ch in piece):
+        return piece  # not a byte-level vocabulary: its own spelling is the best there is
+    return bytes(BYTE_OF_CHAR[ch] for ch in piece).decode("utf-8", errors="backslashreplace")
 
 
 def visible(text: str) -> str:

@@ -189,6 +189,15 @@ def test_exported_run_says_it_is_a_sample(runs, tokenizer_dir, tmp_path, capsys)
     assert head["runs"][0]["rows"] == len(kept)
 
 
+def test_token_texts_are_visible_and_never_pass_for_other_text(tokenizer_dir):
+    """A stray byte (no UTF-8 character alone) shows as its escape, not as the letter that
+    spells it in the byte-level vocabulary; a newline shows and still breaks the line."""
+    vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    pieces = ["ò", "Ċ", "+", "<eos>"]  # byte 0xf2, a newline, a plain and a special token
+    texts = token_view.token_texts(tokenizer_dir, np.array([vocab[p] for p in pieces]))
+    assert texts == ["\\xf2", "↵\n", "+", "<eos>"]
+
+
 def page_head(path: Path) -> dict:
     text = path.read_text()
     found = re.search(r'<script type="application/json" id="view-head">(.*?)</script>', text, re.S)
