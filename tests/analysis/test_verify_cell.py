@@ -177,3 +177,29 @@ def test_a_dir_of_runs_is_every_run_below_it_and_bad_paths_are_named(tmp_path, w
     assert out.returncode == 2 and "no committed run below it" in out.stderr
     out = _cli(str(tmp_path / "root"), "--compare-dir", str(runs[0].path))
     assert out.returncode == 2 and "--out and --compare-dir take one cell; 4 were given" in out.stderr
+
+
+def test_a_rerun_that_differs_only_in_the_samplers_log_probs_is_named_so(tmp_path, write_run,
+                                                                          capsys):
+    run = write_run(tmp_path / "runs", "bapo", 4, 0, steps=3, tokens_per_step=320)
+    rerun = tmp_path / "rerun"
+    shutil.copytree(run.path, rerun)
+    lines = [json.loads(x) for x in (rerun / "metrics.jsonl").read_text().splitlines()]
+    for rec in lines:
+        if rec["kind"] == "step":
+            rec["sampler_logp_gap"] = 3.2e-7 if rec.get("sampler_logp_gap") != 3.2e-7 else 3.3e-7
+    (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    part = rerun / "tokens" / "step_000001.parquet"
+    table = pq.read_table(part)
+    shifted = pc.add(table["logp_sampler"], 1e-6).cast(table.schema.field("logp_sampler").type)
+    pq.write_table(table.set_column(table.schema.get_field_index("logp_sampler"), "logp_sampler",
+                                    shifted), part)
+    code = verify.check_one(run.path, rerun, "cell")
+    assert code == verify.EXIT_IDENTICAL
+    assert "only the sampler's own log-probs (diagnostic) differ" in capsys.readouterr().out
+    # the same difference in a number training uses is a difference
+    table = pq.read_table(part)
+    moved = pc.add(table["logp_behavior"], 1e-6).cast(table.schema.field("logp_behavior").type)
+    pq.write_table(table.set_column(table.schema.get_field_index("logp_behavior"), "logp_behavior",
+                                    moved), part)
+    assert verify.check_one(run.path, rerun, "cell") == verify.EXIT_OUTSIDE  # one seed: no interval
