@@ -1,0 +1,84 @@
+"""The promise that a reviewer can check a committed number: the shipped warm starts are what
+their info.json says and rebuild to the same weights, and a short run from the shipped
+default gives the committed metrics digest, bit for bit, on any x86-64 CPU with AVX2 in the
+portable numerics mode (src/_numerics.py). A mismatch there is a real break: the test
+names both fingerprints so that the CPU that rounds otherwise can be found."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from src._numerics import active_mode, cpu_model_and_flags, fingerprint
+from src.models.warm_start import SHIPPED_DIR, cache_key, resolve_configs, weights_digest
+from src.tasks import get_task
+from tests.conftest import REPO
+
+SHIPPED = sorted(p.parent for p in SHIPPED_DIR.glob("*/info.json"))
+# A 3-step run of the quick start's main job, made in the portable mode: its metrics.jsonl and
+# the meta.json fields a rerun needs (overrides, the fingerprint of the CPU that made it).
+COMMITTED = REPO / "tests" / "data" / "portable_run"
+covered = pytest.mark.skipif(
+    active_mode() != "portable" or "avx2" not in cpu_model_and_flags()[1],
+    reason="the bit-for-bit promise covers x86-64 CPUs with AVX2 in the portable numerics mode")
+
+
+def _task(info: dict):
+    cfg = dict(info["task"])
+    return get_task(cfg.pop("name"), **cfg)
+
+
+def test_the_default_warm_start_is_shipped():
+    assert "5fb97ee7a8113be3" in [p.name for p in SHIPPED]
+
+
+@pytest.mark.parametrize("entry", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_each_shipped_build_is_what_its_info_says(entry):
+    info = json.loads((entry / "info.json").read_text())
+    assert weights_digest(entry) == info["weights_sha256"]
+    m_cfg, s_cfg = resolve_configs(info["model"], info["sft"])
+    # the dir name is the key runs compute, so a run with this config loads it
+    assert cache_key(_task(info), m_cfg, s_cfg, info["seed"]) == entry.name == info["key"]
+    assert info["numerics"]["mode"] == "portable" and info["numerics"]["isa"] == "AVX2"
+
+
+@pytest.mark.slow
+@covered
+@pytest.mark.parametrize("entry", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_each_shipped_build_rebuilds_bit_for_bit(entry):
+    out = subprocess.run([sys.executable, "experiments/warm_starts/rebuild.py", entry.name],
+                         cwd=REPO, capture_output=True, text=True, timeout=1800)
+    shipped_by = json.loads((entry / "info.json").read_text())["numerics"]
+    assert out.returncode == 0, (f"{out.stdout}{out.stderr[-2000:]}\nthis machine: "
+                                 f"{json.dumps(fingerprint())}\nshipped by: {json.dumps(shipped_by)}")
+    assert f"{entry.name}: shipped" in out.stdout and "identical" in out.stdout
+
+
+@pytest.mark.slow
+@covered
+def test_a_short_run_from_the_shipped_warm_start_gives_the_committed_numbers(tmp_path):
+    """Every number training uses, record by record (experiments/verify_cell.py's
+    comparison). The sampler's own log-probs are left out: a diagnostic that training never
+    reads, and the one thing that still differed in the last bits between two x86-64 CPUs
+    in this mode (docs/numerics.md)."""
+    from experiments.verify_cell import SAMPLER_RECORD_KEYS, compare_metrics
+
+    expected = json.loads((COMMITTED / "meta.json").read_text())
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "src.run", *expected["overrides"], f"cache_dir={tmp_path / 'cache'}",
+           f"hydra.run.dir={run_dir}"]
+    subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800, check=True)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["warm_start"].startswith(str(SHIPPED_DIR))  # loaded, not built
+    assert meta["warm_start_weights"] == expected["warm_start_weights"]
+    assert not (tmp_path / "cache" / "warm_start").exists()
+    problems = compare_metrics(COMMITTED, run_dir, skip=SAMPLER_RECORD_KEYS)
+    assert problems == [], (
+        "this CPU rounds otherwise: " + "; ".join(problems)
+        + f"\nthis machine: {json.dumps(meta['numerics'])}"
+        + f"\ncommitted by: {json.dumps(expected['numerics'])}")
