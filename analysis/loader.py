@@ -55,13 +55,20 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @functools.cache
-def registry_traits(objective: str) -> MethodTraits:
+def registry_traits(objective: str, params: tuple[str, ...] = ()) -> MethodTraits:
     """A method's traits from the method registry (it imports torch, so only when a run's
-    config lacks them); an objective the registry does not know has none."""
+    config lacks them); an objective the registry does not know has none, and neither has
+    a run whose `params` (its method section's keys) today's method does not take: an
+    earlier definition under the same name made it (m2po's `tau`, its masking rule before
+    it became the authors' clip)."""
+    import dataclasses
+
     from src.algorithms import METHODS
 
     method = METHODS.get(objective)
-    return method.traits if method is not None else MethodTraits()
+    if method is None or not set(params) <= {f.name for f in dataclasses.fields(method.Params)}:
+        return MethodTraits()
+    return method.traits
 
 
 @dataclass
@@ -102,7 +109,9 @@ class Run:
         stored = self.cfg("method.traits")
         if isinstance(stored, dict):
             return MethodTraits.from_config(stored)
-        return registry_traits(self.cfg("method.objective") or self.method_name)
+        objective = self.cfg("method.objective") or self.method_name
+        params = self.cfg(f"method.{objective}")
+        return registry_traits(objective, tuple(sorted(params)) if isinstance(params, dict) else ())
 
     def method_param(self, key: str, default: Any = None) -> Any:
         """A parameter of the run's method: config `method.<objective>.<key>`."""

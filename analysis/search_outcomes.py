@@ -3,7 +3,7 @@
 A step-mean of c_low/c_high (Fig 8) hides whether the search moved because clipping
 starved the positive tokens or because the mini-batch itself held too little positive
 advantage for any bounds to fix. This table counts, over the update records of the runs
-whose method searches its bounds (`traits.adaptive_bounds`: bapo and its ablations), which
+whose method searches its bounds (`searches_bounds`: bapo and its ablations), which
 of these happened:
 
 - at start: rho >= rho0 with the start bounds (no search step);
@@ -25,8 +25,10 @@ from src.run_vocab import MethodTraits
 
 
 def searches_bounds(run: Run) -> bool:
-    """Runs whose method decides its bounds per update (bapo and its ablations)."""
-    return run.traits.adaptive_bounds
+    """Runs whose method searches its bounds per update, step by step (bapo and its
+    ablations): adaptive bounds with a record of the steps they moved. m2po's bounds are
+    adaptive too but solved in one go, with no search to tabulate."""
+    return run.traits.adaptive_bounds and run.traits.moved is not None
 
 
 OUTCOMES = ("at start", "moved, reached", "not reached", "undefined")

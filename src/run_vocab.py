@@ -51,7 +51,8 @@ STATE_FRACTIONS = {s.fraction: code for code, s in enumerate(CLIP_STATES) if s.f
 STEP_MEAN_KEYS = ("clip_frac", *STATE_FRACTIONS,  # every state's share, so none is left out
                   "clip_frac_pos", "clip_frac_neg", "token_share_pos", "token_share_neg",
                   "contrib_grad_pos_share", "contrib_value_pos_share", "c_low", "c_high", "rho",
-                  "grad_norm", "kl_k3", "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1", "m2",
+                  "grad_norm", "kl_k3", "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1",
+                  "m2_harmful", "m2_harmful_after", "m2po_tau",
                   "grad_clipped", "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1",
                   "behav_kl_k3", "behav_m2", "behav_ess", "behav_weight_mean", "version_span_mean")
 # Summed over a step's updates (per-bin counts) and the step's maximum.

@@ -20,7 +20,7 @@ micro-batches of that many responses (the behaviour pass too, on the same micro-
 with gradients accumulated so that the result is the whole mini-batch's gradient: every
 micro-batch's loss is normalised by the whole mini-batch's denominator
 (`Method.denominator`). What a method decides over the whole mini-batch (BAPO's bounds,
-top_entropy's selection, m2po's mask, ...) is decided once per update before the gradient
+top_entropy's selection, m2po's bounds, ...) is decided once per update before the gradient
 passes, from a no-grad pass over the micro-batches, and each micro-batch gets its part
 (`Decision.take`). At an update with no optimizer step since the behaviour pass that
 pass's numbers are the current policy's, so it is reused instead. A method that decides

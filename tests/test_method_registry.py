@@ -79,6 +79,24 @@ def test_each_method_writes_its_traits_and_old_runs_get_the_registrys():
     assert new.traits == METHODS["bapo"].traits
 
 
+def test_old_runs_of_an_earlier_definition_under_the_same_name_get_no_traits():
+    # m2po's runs made before it became the authors' clip (experiments/results/staleness_4x/
+    # m2po) hold its masking rule's `tau` and no traits: they get none, not today's bounds
+    from analysis.loader import Run
+    from analysis.search_outcomes import searches_bounds
+    from src.run_vocab import MethodTraits
+
+    def run(params):
+        return Run("r", Path("r"), "staleness_4x", "m2po", 4, 0, "finished",
+                   {"method": {"name": "m2po", "objective": "m2po", "m2po": params}}, [0], [])
+
+    assert run({"tau": 0.04}).traits == MethodTraits()
+    today = run({"budget": 0.04})
+    assert today.traits == METHODS["m2po"].traits and today.traits.adaptive_bounds
+    # its bounds are adaptive, but solved, not searched: bapo's search tables leave it out
+    assert not searches_bounds(today)
+
+
 def test_bapos_traits_name_the_numbers_its_decision_logs():
     import torch
 

@@ -10,7 +10,7 @@ name.
 | `clip_low`   | none                 | A<0 and the ratio (token or response) below c_low  |
 | `clip_high`  | none                 | A>0 and the ratio (token or response) above c_high |
 | `dual`       | none                 | dual-clip: A<0 and r > dual_clip_c                 |
-| `masked`     | none                 | the method masked or detached the token (m2po, clip_cov) |
+| `masked`     | none                 | the method masked or detached the token (clip_cov)       |
 | `trunc_low`  | kept, weight raised  | cispo: r < c_low, the IS weight is raised to c_low |
 | `trunc_high` | kept, weight cut     | cispo: r > c_high, the IS weight is cut to c_high  |
 | `kl_penalty` | kept, plus a penalty | kl_cov: the token also pays coef * |log r|          |

@@ -96,7 +96,7 @@ class Decision:
     """What a method settled for a mini-batch.
 
     `tokens`: a [B, T] bool token set (its meaning is the method's: top_entropy's kept
-    tokens, m2po's masked ones, ...); `data`: anything else the loss needs (BAPO's search
+    tokens, clip_cov's detached ones, ...); `data`: anything else the loss needs (BAPO's search
     result); `record`: scalars for the update record (BAPO's rho, steps, ...).
     """
 
