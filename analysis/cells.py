@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from src.run_vocab import ADDED_SECTIONS, NON_NUMERIC_KEYS, flatten
+from src.run_vocab import ADDED_SECTIONS, NON_NUMERIC_KEYS, applies, flatten
 
 # What a comparison varies inside one suite.
 COMPARED = ("method", "experiment.name", "train.staleness")
@@ -42,10 +42,13 @@ def _under(key: str, prefixes: tuple[str, ...]) -> bool:
 
 def numeric_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """Every key of a run's config that can change its numbers, seed excluded; keys of a
-    section added since runs were committed count only where they leave its old values."""
+    section added since runs were committed count only where they leave its old values,
+    and keys that apply under another key's value only (the decoupled anchor's weight cap)
+    only there."""
     added = flatten(ADDED_SECTIONS)
-    return {k: v for k, v in flatten(cfg).items()
-            if k != "seed" and not _under(k, NON_NUMERIC_KEYS)
+    flat = flatten(cfg)
+    return {k: v for k, v in flat.items()
+            if k != "seed" and not _under(k, NON_NUMERIC_KEYS) and applies(k, flat)
             and not (k in added and added[k] == v)}
 
 

@@ -36,7 +36,7 @@ from src.config_fields import (
     setting,
 )
 from src.run_vocab import SHARED_METHOD_KEYS
-from src.schedule.anchors import ANCHORS
+from src.schedule.anchors import ANCHORS, WEIGHT_RULES
 from src.schedule.sources import SOURCES
 from src.schedule.split import STALENESS_MODES, minibatch_size
 
@@ -204,9 +204,17 @@ class OffPolicyConfig:
                           "`replay_capacity` rollouts | partial", one_of(SOURCES))
     anchor: str = setting("coupled", "coupled: r = pi/pi_behaviour | recompute: r = "
                           "pi/pi_step_start | decoupled (AReaL): clip pi/pi_step_start, times the "
-                          "behaviour weight min(pi_step_start/pi_behaviour, weight_cap)", one_of(ANCHORS))
-    weight_cap: float = setting(2.0, "decoupled only: truncation of the behaviour weight (verl's default)",
-                                finite_above(0, "the decoupled behaviour weight's cap"))
+                          "behaviour weight pi_step_start/pi_behaviour cut at weight_cap", one_of(ANCHORS))
+    # A weight of 1 is a token the policy has not moved since generation; a cap at or below
+    # 1 would cut every token it has moved toward, so it must be above 1 (as AReaL requires).
+    weight_cap: float = setting(5.0, "decoupled only: cap of the behaviour weight (AReaL's default "
+                                "5.0; verl's truncated IS uses 2.0)",
+                                finite_above(1, "the decoupled behaviour weight's cap; 1 is an "
+                                             "unmoved token"))
+    weight_rule: str = setting("mask", "decoupled only: a token whose behaviour weight is above "
+                               "weight_cap: mask (weight 0, still counted in the token mean; "
+                               "AReaL's default) | clamp (weight = weight_cap; verl's truncated IS, "
+                               "AReaL's action=clamp)", one_of(WEIGHT_RULES))
     delay: int | None = setting(None, "delay only: K steps between generating a rollout and "
                                 "training on it (lag in updates: K*k .. K*k+k-1)")
     replay_capacity: int | None = setting(None, "replay only: rollouts kept (null: 4)")

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from src.run_vocab import NON_NUMERIC_KEYS, flatten, is_non_numeric, upgrade_config
+from src.run_vocab import NON_NUMERIC_KEYS, applies, flatten, is_non_numeric, upgrade_config
 
 LEADING_KEYS = ("method.name", "method.objective", "experiment.name", "task.name", "model.name")
 # The parts of the path itself: never repeated in the tag.
@@ -74,9 +74,11 @@ def run_groups() -> str:
 
 
 def config_differences(stored: dict, current: dict) -> list[tuple[str, Any, Any]]:
-    """(key, stored value, current value) for every key that can change the numbers."""
+    """(key, stored value, current value) for every key that can change the numbers (a key
+    that applies under another key's value only, in neither config, cannot)."""
     a, b = flatten(stored), flatten(current)
-    keys = sorted(k for k in set(a) | set(b) if not is_non_numeric(k))
+    keys = sorted(k for k in set(a) | set(b)
+                  if not is_non_numeric(k) and (applies(k, a) or applies(k, b)))
     return [(k, a.get(k, _ABSENT), b.get(k, _ABSENT)) for k in keys
             if a.get(k, _ABSENT) != b.get(k, _ABSENT)]
 

@@ -54,7 +54,8 @@ STEP_MEAN_KEYS = ("clip_frac", *STATE_FRACTIONS,  # every state's share, so none
                   "grad_norm", "kl_k3", "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1",
                   "m2_harmful", "m2_harmful_after", "m2po_tau",
                   "grad_clipped", "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1",
-                  "behav_kl_k3", "behav_m2", "behav_ess", "behav_weight_mean", "version_span_mean")
+                  "behav_kl_k3", "behav_m2", "behav_ess", "behav_weight_mean",
+                  "behav_weight_capped_frac", "version_span_mean")
 # Summed over a step's updates (per-bin counts) and the step's maximum.
 STEP_SUM_LIST_KEYS = ("ratio_hist_pos", "ratio_hist_neg")
 # The bins of ratio_hist_pos/neg: (<=0.2], (0.2, 0.5], ..., (1.2, 1.5], (1.5, 2], (2, inf).
@@ -80,15 +81,25 @@ NON_NUMERIC_KEYS = (
     "method.traits",  # derived from method.objective (MethodTraits below)
 )
 # Sections added to config.yaml after runs were committed, with the values those runs
-# used: a config.yaml without the section was made with these. `offpolicy` holds today's
-# defaults (a test keeps them equal to src/config.py's); `numerics` does not: runs made
-# before the mode existed pinned nothing, i.e. ran native, while today's default is portable.
+# used: a config.yaml without the section, or whose section lacks one of these keys, was
+# made with these. `offpolicy` holds today's defaults but for `DEFAULTS_CHANGED_SINCE` (a
+# test keeps the rest equal to src/config.py's); `numerics` does not: runs made before the
+# mode existed pinned nothing, i.e. ran native, while today's default is portable.
 ADDED_SECTIONS = {
-    "offpolicy": {"source": "fresh", "anchor": "coupled", "weight_cap": 2.0, "delay": None,
-                  "replay_capacity": None, "replay_draws": None, "token_budget": None,
-                  "mask_stale_prefix": None},
+    "offpolicy": {"source": "fresh", "anchor": "coupled", "weight_cap": 2.0, "weight_rule": "clamp",
+                  "delay": None, "replay_capacity": None, "replay_draws": None,
+                  "token_budget": None, "mask_stale_prefix": None},
     "numerics": "native",
 }
+# Keys of ADDED_SECTIONS whose default moved after runs were committed: the decoupled
+# objective clamped its behaviour weight at verl's 2.0 and now masks above AReaL's 5.0.
+DEFAULTS_CHANGED_SINCE = ("offpolicy.weight_cap", "offpolicy.weight_rule")
+# Keys that change the numbers only under one value of another key: the behaviour weight's
+# cap and rule exist under the decoupled anchor only. Under any other value they change no
+# number, so the config comparison and analysis's cells leave them out there (a coupled run
+# made before the cap's default moved is the same run as one made after).
+ONLY_UNDER = {"offpolicy.weight_cap": ("offpolicy.anchor", "decoupled"),
+              "offpolicy.weight_rule": ("offpolicy.anchor", "decoupled")}
 # Before each method owned its parameters, config.yaml kept them flat under `method:`
 # (method.c_low, method.q, method.entropy_scope, method.bapo.*). Old layout -> the
 # objective's section, per objective.
@@ -134,6 +145,12 @@ def is_non_numeric(key: str) -> bool:
     return any(key == k or key.startswith(f"{k}.") for k in NON_NUMERIC_KEYS)
 
 
+def applies(key: str, flat: dict[str, Any]) -> bool:
+    """Whether `key` can change the numbers of the flattened config `flat` (`ONLY_UNDER`)."""
+    condition = ONLY_UNDER.get(key)
+    return condition is None or flat.get(condition[0]) == condition[1]
+
+
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     """{'a.b': leaf}; an empty dict and a list are leaves."""
     if isinstance(node, dict) and node:
@@ -161,12 +178,16 @@ def upgrade_method_layout(cfg: dict) -> dict:
 
 
 def upgrade_config(cfg: dict) -> dict:
-    """A stored config in today's layout: the method's section, and every section added
-    since with the values the run used (`ADDED_SECTIONS`)."""
-    cfg = upgrade_method_layout(cfg)
-    missing = {k: dict(v) if isinstance(v, dict) else v
-               for k, v in ADDED_SECTIONS.items() if k not in cfg}
-    return {**cfg, **missing} if missing else cfg
+    """A stored config in today's layout: the method's section, and every section and key
+    added since with the values the run used (`ADDED_SECTIONS`)."""
+    cfg = dict(upgrade_method_layout(cfg))
+    for name, old in ADDED_SECTIONS.items():
+        if name not in cfg:
+            cfg[name] = dict(old) if isinstance(old, dict) else old
+        elif isinstance(old, dict) and isinstance(cfg[name], dict):
+            # a section that existed before some of its keys: e.g. offpolicy before weight_rule
+            cfg[name] = {**cfg[name], **{k: v for k, v in old.items() if k not in cfg[name]}}
+    return cfg
 
 
 # -- meta.json -----------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from src.schedule import (
     TrainingSet,
     anchored,
     build_source,
+    capped_share,
     minibatch_count,
     minibatch_size,
     needs_proximal,
@@ -292,7 +293,8 @@ class Trainer:
                     logp_b, ent_b = logp_b.to(device), ent_b.to(device)
                 logp_old, weight = anchored(cfg.offpolicy.anchor, logp_b,
                                             logp_now if proximal else None,
-                                            data.response_mask.to(logp_b.device), cfg.offpolicy.weight_cap)
+                                            data.response_mask.to(logp_b.device),
+                                            cfg.offpolicy.weight_cap, cfg.offpolicy.weight_rule)
                 batches.append(MiniBatch(rows, data, logp_b, ent_b, training.advantages[rows],
                                          training.rewards[rows], training.version[rows, :t],
                                          loss_keep=training.loss_keep[rows, :t],
@@ -379,8 +381,13 @@ class Trainer:
                   "grad_clipped": grad_norm > self.cfg.train.grad_clip}
         record.update(ratio_histogram(out.ratio, mb.advantages, mask))
         # the drift of the data (every response token, a masked stale prefix included)
-        record.update(drift_metrics(logp, mb.logp_behavior, mb.data.response_mask.to(logp.device),
+        response_mask = mb.data.response_mask.to(logp.device)
+        record.update(drift_metrics(logp, mb.logp_behavior, response_mask,
                                     self._lag(mb).to(logp.device), mb.token_weight))
+        # what the behaviour weight's cap did (offpolicy.weight_rule masked or clamped these)
+        record["behav_weight_capped_frac"] = (
+            None if mb.token_weight is None else
+            capped_share(mb.logp_old, mb.logp_behavior, response_mask, self.cfg.offpolicy.weight_cap))
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             record.update(skipped=True, skip_reason="non-finite grad norm", grad_norm=None)

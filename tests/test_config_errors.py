@@ -57,6 +57,9 @@ BAD_CONFIGS = [
     (["train.lr=inf"], "train.lr"),
     (["model.architecture.num_heads=3"], "model.architecture.num_heads"),  # 256 wide
     (["rollout.max_new_tokens=500"], "rollout.max_new_tokens"),  # 128 positions
+    # a cap at or below 1 would cut every token the policy has moved toward (AReaL refuses it)
+    (["offpolicy.anchor=decoupled", "offpolicy.weight_cap=0.5"], "offpolicy.weight_cap"),
+    (["offpolicy.anchor=decoupled", "offpolicy.weight_rule=truncate"], "offpolicy.weight_rule"),
 ]
 
 

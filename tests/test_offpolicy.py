@@ -4,6 +4,7 @@ weights that generated each token."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -15,7 +16,7 @@ from src.algorithms.drift import drift_metrics, ratio_histogram
 from src.config import ConfigError
 from src.policy import response_logprobs
 from src.run_vocab import RATIO_BIN_EDGES
-from src.schedule import Delay, Replay, StoredRollout, behaviour_weight, split_rows
+from src.schedule import Delay, Replay, StoredRollout, behaviour_weight, capped_share, split_rows
 from tests.conftest import compose
 from tests.offpolicy_harness import FakeBackend, make_trainer, run_steps
 from tests.tiny_policy import tiny_model
@@ -113,10 +114,13 @@ def test_decoupled_equals_coupled_when_no_data_is_older_than_its_step(tmp_path, 
             assert np.array_equal(wa.tokens[step][key], wb.tokens[step][key])
 
 
-def test_decoupled_loss_is_areals_formula_literally():
-    # AReaL's decoupled PPO, written out token by token:
-    #   w = min(pi_prox / pi_behav, cap), u = pi / pi_prox,
-    #   J = w * min(u A, clip(u, 1 - eps, 1 + eps) A), loss = -mean over tokens of J
+@pytest.mark.parametrize("rule", ["mask", "clamp"])
+def test_decoupled_loss_is_the_formula_literally(rule):
+    # The decoupled PPO objective, written out token by token:
+    #   w = pi_prox / pi_behav, cut at the cap: 0 above it (mask, AReaL's default) or the cap
+    #   (clamp, verl's truncated IS); u = pi / pi_prox,
+    #   J = w * min(u A, clip(u, 1 - eps, 1 + eps) A), loss = -mean over the tokens of J,
+    #   a masked token still counted in the mean.
     logp = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, -3.0, -1.0]], dtype=torch.float64,
                         requires_grad=True)
     logp_prox = torch.tensor([[-1.1, -0.9, -1.8], [-0.2, -2.0, -1.5]], dtype=torch.float64)
@@ -129,7 +133,9 @@ def test_decoupled_loss_is_areals_formula_literally():
         for t in range(3):
             if not mask[i, t]:
                 continue
-            w = min(math.exp(logp_prox[i, t] - logp_behav[i, t]), cap)
+            w = math.exp(logp_prox[i, t] - logp_behav[i, t])
+            if w > cap:
+                w = 0.0 if rule == "mask" else cap
             u = torch.exp(logp[i, t] - logp_prox[i, t])
             a = float(adv[i])
             j = w * torch.minimum(u * a, torch.clamp(u, 1 - eps, 1 + eps) * a)
@@ -138,13 +144,16 @@ def test_decoupled_loss_is_areals_formula_literally():
     (expected_grad,) = torch.autograd.grad(literal, logp)
 
     ppo = build_method("ppo", {})
-    weight = behaviour_weight(logp_prox, logp_behav, mask, cap)
-    # token (0, 2): pi_prox / pi_behav = e^1.3 = 3.67 is cut to the cap
-    assert weight[0, 2] == 2.0 and weight[1, 2] == 1.0  # padding gets 1
+    weight = behaviour_weight(logp_prox, logp_behav, mask, cap, rule)
+    # token (0, 2): pi_prox / pi_behav = e^1.3 = 3.67, above the cap: masked or cut to it;
+    # the other tokens' weights are at most e^0.5 = 1.65 and stay
+    assert weight[0, 2] == (0.0 if rule == "mask" else 2.0) and weight[1, 2] == 1.0  # padding 1
+    assert weight[1, 1] == pytest.approx(math.exp(0.5))
     out = ppo.loss(logp, logp_prox, adv, mask, token_weight=weight)
     assert float(out.loss.detach()) == pytest.approx(float(literal.detach()), rel=1e-12)
     (grad,) = torch.autograd.grad(out.loss, logp)
     assert torch.allclose(grad, expected_grad, rtol=1e-12, atol=1e-15)
+    assert capped_share(logp_prox, logp_behav, mask, cap) == pytest.approx(1 / 5)
 
 
 # -- replay ----------------------------------------------------------------------------------
@@ -239,7 +248,7 @@ def test_micro_batches_give_the_whole_gradient_with_a_proximal_anchor_and_weight
     gen = torch.Generator().manual_seed(3)
     logp_b = logp + 0.3 * torch.randn(logp.shape, generator=gen)
     logp_prox = logp + 0.1 * torch.randn(logp.shape, generator=gen)
-    weight = behaviour_weight(logp_prox, logp_b, data.response_mask, 2.0)
+    weight = behaviour_weight(logp_prox, logp_b, data.response_mask, 2.0, "mask")
     grads = []
     for micro in (None, 2):
         trainer = Trainer(_config(method, "token-mean", micro), model, None, None, None, None,
@@ -271,7 +280,10 @@ def test_split_rows_is_todays_minibatch_permutation():
     (["offpolicy.source=delay", "offpolicy.delay=2", "offpolicy.replay_draws=1"],
      "offpolicy.replay_draws belongs to offpolicy.source=replay, but the source is delay"),
     (["offpolicy.delay=4"], "offpolicy.delay belongs to offpolicy.source=delay"),
-    (["offpolicy.anchor=decoupled", "offpolicy.weight_cap=0"], "offpolicy.weight_cap must be a finite number > 0"),
+    (["offpolicy.anchor=decoupled", "offpolicy.weight_cap=0"], "offpolicy.weight_cap must be a finite number > 1"),
+    (["offpolicy.anchor=decoupled", "offpolicy.weight_cap=0.5"], "offpolicy.weight_cap must be a finite number > 1"),
+    (["offpolicy.anchor=decoupled", "offpolicy.weight_cap=1"], "offpolicy.weight_cap must be a finite number > 1"),
+    (["offpolicy.anchor=decoupled", "offpolicy.weight_rule=truncate"], "offpolicy.weight_rule must be one of"),
     (["offpolicy.anchor=proximal"], "offpolicy.anchor must be one of"),
     (["offpolicy.source=queue"], "offpolicy.source must be one of"),
 ])
@@ -283,13 +295,21 @@ def test_bad_offpolicy_values_name_their_key(overrides, message):
 def test_replay_defaults_and_stored_configs_without_the_section():
     from src.config import OffPolicyConfig, to_container
     from src.run_dir import config_differences
-    from src.run_vocab import ADDED_SECTIONS, upgrade_config
+    from src.run_vocab import ADDED_SECTIONS, DEFAULTS_CHANGED_SINCE, upgrade_config
 
     cfg = compose(["offpolicy.source=replay"])
     assert (cfg.offpolicy.replay_capacity, cfg.offpolicy.replay_draws) == (4, 1)
     defaults = to_container(compose([]))["offpolicy"]
-    assert ADDED_SECTIONS["offpolicy"] == defaults == vars(OffPolicyConfig())
-    # a run dir committed before the section existed holds the default run
+    assert defaults == vars(OffPolicyConfig())
+    # the values runs used before the section existed are today's defaults, but for the keys
+    # whose default moved since (listed, with the values those runs used)
+    changed = {k.removeprefix("offpolicy."): ADDED_SECTIONS["offpolicy"][k.removeprefix("offpolicy.")]
+               for k in DEFAULTS_CHANGED_SINCE}
+    assert changed == {"weight_cap": 2.0, "weight_rule": "clamp"}
+    assert {**defaults, **changed} == ADDED_SECTIONS["offpolicy"]
+    assert all(defaults[k] != v for k, v in changed.items())  # listed only if it moved
+    # a run dir committed before the section existed holds the default run (the weight's
+    # cap and rule, which moved, change no number under the default coupled anchor)
     old = copy.deepcopy(to_container(compose([])))
     del old["offpolicy"]
     assert config_differences(upgrade_config(old), to_container(compose([]))) == []
@@ -376,3 +396,234 @@ def test_partial_needs_a_budget_of_at_least_one_token():
         compose(["offpolicy.source=partial", "offpolicy.token_budget=0"])
     with pytest.raises(ConfigError, match="offpolicy.token_budget belongs to offpolicy.source=partial"):
         compose(["offpolicy.token_budget=4"])
+
+
+# -- the decoupled weight's rule against AReaL's code, and runs made with the old rule ---------
+#
+# The reference is transcribed from github.com/inclusionAI/AReaL at commit
+# 4aef98d8d818af55b43621aaadba047ae10f4e77: areal/utils/functional/functional.py
+# (`_check_bounds`, `apply_rejection_sampling`, `ppo_actor_loss_fn`) and the defaults of
+# areal/api/cli_args.py `RejectionSamplingConfig` (level token, action mask, metric ratio,
+# upper 5.0; action=clamp defaults lower to 0.0). Left out: the input checks, the
+# sequence-level branch and the KL metrics (not the configuration compared), GSPO's
+# sequence ratio and the logging stats.
+
+
+@dataclasses.dataclass
+class RejectionSamplingConfig:
+    level: str = "token"
+    action: str = "mask"
+    metric: str = "ratio"
+    agg: str = "mean"
+    upper: float = 5.0
+    lower: float | None = None
+
+    def __post_init__(self):
+        # Clamp action defaults lower to 0.0 (consistent with old truncate behavior).
+        if self.action == "clamp" and self.lower is None:
+            self.lower = 0.0
+
+
+def _check_bounds(metric, config):
+    if config.lower is not None:
+        return (metric >= config.lower) & (metric <= config.upper)
+    else:
+        return metric <= config.upper
+
+
+def apply_rejection_sampling(proximal_logprobs, old_logprobs, loss_mask, cu_seqlens, config):
+    # Step 1: Compute log ratio = log(π_proximal / π_behave)
+    # Upcast operands to fp32 before subtraction to avoid precision loss in bf16/fp16.
+    log_ratio = proximal_logprobs.detach().float() - old_logprobs.detach().float()
+    # Sanitize non-finite values (e.g. -inf - (-inf) = NaN) to prevent NaN propagation.
+    log_ratio = torch.where(torch.isfinite(log_ratio), log_ratio, 0.0)
+
+    # Step 2: Compute metric value (reuse existing KLEstimator sign conventions)
+    if config.metric == "ratio":
+        # Direct ratio π_proximal / π_behave
+        metric = torch.exp(log_ratio)
+    else:
+        raise ValueError(f"Unknown metric: {config.metric}")  # (KL metrics not transcribed)
+
+    # Step 3: Compute behave_imp_weight (needed for both modes)
+    behave_imp_weight = torch.exp(log_ratio)
+    # Save original weight before any clamping, to compute clamped fraction later.
+    original_weight = behave_imp_weight
+
+    # Token level
+    if config.action == "mask":
+        in_bounds = _check_bounds(metric, config)
+    else:
+        # clamp mode: directly clamp importance weight
+        behave_imp_weight = behave_imp_weight.clamp(
+            min=config.lower if config.lower is not None else 0.0,
+            max=config.upper,
+        )
+
+    # Step 5: Update loss_mask or keep it based on action mode
+    if config.action == "mask":
+        candidates = loss_mask.bool()
+        updated_mask = (candidates & in_bounds).to(loss_mask.dtype)
+        filtered_count = (candidates & ~in_bounds).sum().item()
+        total_count = candidates.sum().item()
+        filtered_fraction = filtered_count / max(total_count, 1)
+    else:
+        # clamp mode: loss_mask unchanged
+        updated_mask = loss_mask
+        # Report fraction of clamped tokens (for logging)
+        clamped_count = (
+            (loss_mask.bool() & (original_weight != behave_imp_weight)).sum().item()
+        )
+        total_count = loss_mask.bool().sum().item()
+        filtered_fraction = clamped_count / max(total_count, 1)
+
+    # Apply loss_mask to behave_imp_weight
+    behave_imp_weight = torch.where(updated_mask.bool(), behave_imp_weight, 0.0)
+
+    return updated_mask, behave_imp_weight, filtered_fraction
+
+
+def ppo_actor_loss_fn(logprobs, proximal_logprobs, old_logprobs, advantages, eps_clip, loss_mask,
+                      eps_clip_higher=None, c_clip=None, rejection_sampling=None):
+    # Save original count BEFORE rejection sampling may modify loss_mask.
+    loss_mask_count = loss_mask.count_nonzero() or 1
+
+    # === Apply rejection sampling (replaces old compute_behave_imp_weight) ===
+    if rejection_sampling is not None:
+        loss_mask, behave_imp_weight, filtered_fraction = apply_rejection_sampling(
+            proximal_logprobs=proximal_logprobs,
+            old_logprobs=old_logprobs,
+            loss_mask=loss_mask,
+            cu_seqlens=None,
+            config=rejection_sampling,
+        )
+    else:
+        filtered_fraction = 0.0
+
+    # Standard PPO: per-token ratio
+    ratio = torch.where(loss_mask, torch.exp(logprobs - proximal_logprobs), 0)
+
+    clipped_ratio = torch.clamp(
+        ratio,
+        1.0 - eps_clip,
+        1.0 + (eps_clip if eps_clip_higher is None else eps_clip_higher),
+    )
+
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * clipped_ratio
+    pg_loss = torch.max(pg_loss1, pg_loss2)
+    if c_clip is not None:
+        assert c_clip > 1.0, c_clip
+        pg_loss3 = torch.sign(advantages) * c_clip * advantages
+        pg_loss = torch.min(pg_loss, pg_loss3)
+
+    # Apply behavioural importance weight from rejection sampling
+    if rejection_sampling is not None:
+        pg_loss = pg_loss * behave_imp_weight
+
+    pg_loss = torch.where(loss_mask, pg_loss, 0).sum() / loss_mask_count
+    return pg_loss, filtered_fraction
+
+
+def _decoupled_batch(seed, dtype=torch.float32):
+    """Right-padded responses whose behaviour weights spread over ~[0.1, 10], one at 12.2 (so
+    above either cap); padding holds finite junk."""
+    g = torch.Generator().manual_seed(seed)
+    b, t = 6, 8
+    logp_behav = -3.0 * torch.rand(b, t, generator=g, dtype=dtype)
+    logp_prox = logp_behav + 1.0 * torch.randn(b, t, generator=g, dtype=dtype)
+    logp_prox[0, :2] = logp_behav[0, :2] + torch.tensor([2.5, 0.1], dtype=dtype)  # w 12.2, 1.1
+    logp = logp_prox + 0.3 * torch.randn(b, t, generator=g, dtype=dtype)
+    lengths = torch.randint(2, t + 1, (b,), generator=g)
+    mask = torch.arange(t)[None, :] < lengths[:, None]
+    adv = torch.randn(b, generator=g, dtype=dtype)[:, None].expand(b, t) * mask
+    return logp, logp_prox, logp_behav, adv, mask
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("rule", "cap"), [("mask", 5.0), ("mask", 2.0), ("clamp", 5.0),
+                                           ("clamp", 2.0)])
+def test_decoupled_objective_is_areals(rule, cap, seed):
+    # float32 log-probs, as training computes them: AReaL's weights (taken in float32) and
+    # the project's are then the same numbers, and so are its mask decisions at the cap
+    logp, logp_prox, logp_behav, adv, mask = _decoupled_batch(seed)
+    w = (logp_prox - logp_behav).exp()[mask]
+    assert bool((w > cap).any()) and bool((w <= cap).any())  # tokens on both sides of the cap
+
+    theirs = logp.clone().requires_grad_()
+    ref, filtered = ppo_actor_loss_fn(theirs, logp_prox, logp_behav, adv, 0.2, mask,
+                                      rejection_sampling=RejectionSamplingConfig(action=rule, upper=cap))
+    (ref_grad,) = torch.autograd.grad(ref, theirs)
+
+    ours = logp.clone().requires_grad_()
+    weight = behaviour_weight(logp_prox, logp_behav, mask, cap, rule)
+    out = build_method("ppo", {}).loss(ours, logp_prox, adv, mask, token_weight=weight)
+    (grad,) = torch.autograd.grad(out.loss, ours)
+    torch.testing.assert_close(out.loss, ref, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-6, atol=1e-8)
+    # masked tokens carry no gradient (and count in the mean); clamped ones keep one
+    above = mask & ((logp_prox - logp_behav).exp() > cap)
+    assert bool((grad[above] == 0).all()) == (rule == "mask")
+    assert capped_share(logp_prox, logp_behav, mask, cap) == pytest.approx(filtered)
+
+
+def test_the_two_rules_part_only_above_the_cap():
+    logp, logp_prox, logp_behav, adv, mask = _decoupled_batch(0, torch.float64)
+    cap = float((logp_prox - logp_behav).exp()[mask].max()) + 1.0  # no token above it
+    grads = {}
+    for rule in ("mask", "clamp"):
+        x = logp.clone().requires_grad_()
+        out = build_method("ppo", {}).loss(x, logp_prox, adv, mask, token_weight=behaviour_weight(
+            logp_prox, logp_behav, mask, cap, rule))
+        grads[rule] = torch.autograd.grad(out.loss, x)[0]
+    assert torch.equal(grads["mask"], grads["clamp"])
+
+
+def test_runs_made_with_the_clamp_keep_reading_as_it_and_keep_their_cell():
+    import yaml
+
+    from analysis.cells import numeric_config
+    from src.config import to_container
+    from src.run_dir import config_differences
+    from src.run_vocab import upgrade_config
+    from tests.conftest import REPO
+
+    # a committed decoupled run of the lag sweep: its offpolicy section predates weight_rule
+    path = (REPO / "experiments" / "lag_results" / "delay_16" / "ppo"
+            / "offpolicy.anchor=decoupled,train.threads=1" / "seed0" / "config.yaml")
+    stored = yaml.safe_load(path.read_text())
+    assert stored["offpolicy"]["anchor"] == "decoupled" and "weight_rule" not in stored["offpolicy"]
+    upgraded = upgrade_config(stored)
+    assert (upgraded["offpolicy"]["weight_rule"], upgraded["offpolicy"]["weight_cap"]) == ("clamp", 2.0)
+    # the cell it was: reading it through the upgrade moves nothing, and its numeric config
+    # holds neither key (they equal what runs before the key used), as before the key existed
+    cell = numeric_config(stored)
+    assert numeric_config(upgraded) == cell
+    assert not {"offpolicy.weight_rule", "offpolicy.weight_cap"} & set(cell)
+    # a run made today with the clamp at 2.0 is a seed of that cell; today's default is not
+    same = copy.deepcopy(upgraded)
+    assert numeric_config(same) == cell
+    today = copy.deepcopy(upgraded)
+    today["offpolicy"].update(weight_rule="mask", weight_cap=5.0)
+    moved = {k: v for k, v in numeric_config(today).items() if cell.get(k) != v}
+    assert moved == {"offpolicy.weight_rule": "mask", "offpolicy.weight_cap": 5.0}
+    # resuming it with today's default is refused by the config comparison, naming the keys
+    now = to_container(compose(["experiment=delay_16", "offpolicy.anchor=decoupled"]))
+    keys = {k for k, _, _ in config_differences(upgraded, now) if k.startswith("offpolicy.")}
+    assert keys == {"offpolicy.weight_rule", "offpolicy.weight_cap"}
+
+
+def test_the_weight_keys_change_no_cell_and_no_resume_under_another_anchor():
+    from analysis.cells import numeric_config
+    from src.config import to_container
+    from src.run_dir import config_differences
+
+    coupled = to_container(compose(["experiment=delay_16"]))
+    old = copy.deepcopy(coupled)
+    old["offpolicy"].update(weight_cap=2.0, weight_rule="clamp")  # as made before the move
+    assert numeric_config(old) == numeric_config(coupled)
+    assert config_differences(old, coupled) == []
+    decoupled = copy.deepcopy(coupled)
+    decoupled["offpolicy"]["anchor"] = "decoupled"
+    keys = [k for k, _, _ in config_differences(old, decoupled)]
+    assert keys == ["offpolicy.anchor", "offpolicy.weight_cap", "offpolicy.weight_rule"]

@@ -6,7 +6,14 @@ which policy the ratio is taken against (offpolicy.anchor). The trainer asks; it
 loop.
 """
 
-from src.schedule.anchors import ANCHORS, anchored, behaviour_weight, needs_proximal
+from src.schedule.anchors import (
+    ANCHORS,
+    WEIGHT_RULES,
+    anchored,
+    behaviour_weight,
+    capped_share,
+    needs_proximal,
+)
 from src.schedule.partial import InFlight, Partial, responses_rollout, stale_prefix
 from src.schedule.sources import SOURCES, Delay, Fresh, Replay, Source, build_source
 from src.schedule.split import (
@@ -21,7 +28,7 @@ from src.schedule.split import (
 from src.schedule.stored import StoredRollout, TrainingSet, concat_rollouts
 
 __all__ = [
-    "ANCHORS", "SOURCES", "InFlight", "Partial", "responses_rollout", "stale_prefix", "STALENESS_MODES", "Delay", "Fresh", "Replay", "Source",
+    "ANCHORS", "SOURCES", "WEIGHT_RULES", "capped_share", "InFlight", "Partial", "responses_rollout", "stale_prefix", "STALENESS_MODES", "Delay", "Fresh", "Replay", "Source",
     "StoredRollout", "TrainingSet", "anchored", "behaviour_weight", "build_source",
     "concat_rollouts", "minibatch_count", "minibatch_size", "needs_proximal",
     "passes_per_rollout", "rollout_prompts", "split_rows", "updates_per_rollout",
