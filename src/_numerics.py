@@ -31,6 +31,10 @@ import sys
 MODES = ("portable", "native")
 DEFAULT_MODE = "portable"
 ENV_MODE = "REPRO_NUMERICS"
+# The variables this project pinned, for the processes it starts (sweeps, reruns, benchmarks):
+# they inherit the pins with the environment, and a child in native mode must drop them
+# rather than take them for the user's own settings.
+ENV_PINNED = "REPRO_NUMERICS_PINNED"
 ARG_PREFIX = "numerics="
 # ATen's vectorised kernels, MKL's conditional-numerical-reproducibility branch and
 # oneDNN's instruction set, all at AVX2: the setting measured to make an AVX-512 machine
@@ -62,11 +66,14 @@ def pin_numerics(argv: list[str] | None = None, environ=os.environ,
     the user set them); returns what was decided. Must run before the first `import torch`."""
     mode, source = requested_mode(argv, environ)
     machine = (machine or platform.machine()).lower()
+    # pins a parent process of this project set (unchanged since): not the user's settings
+    inherited = {k for k in environ.get(ENV_PINNED, "").split(",")
+                 if k in PORTABLE_PINS and environ.get(k) == PORTABLE_PINS[k]}
     pinned, by_user, note = {}, {}, None
     if mode == "portable":
         if machine in X86_MACHINES:
             for key, value in PORTABLE_PINS.items():
-                if key in environ:
+                if key in environ and key not in inherited:
                     by_user[key] = environ[key]
                 else:
                     environ[key] = value
@@ -74,9 +81,12 @@ def pin_numerics(argv: list[str] | None = None, environ=os.environ,
         else:
             note = f"{machine}: no x86 instruction set to pin; kernels are the CPU's own"
     elif mode == "native":
+        for key in inherited:
+            del environ[key]
         by_user = {k: environ[k] for k in PORTABLE_PINS if k in environ}
     if mode in MODES:
         environ[ENV_MODE] = mode  # worker processes (sweeps) load torch in the same mode
+        environ[ENV_PINNED] = ",".join(sorted(pinned))
     CHOICE.clear()
     CHOICE.update(mode=mode, source=source, pinned=pinned, set_by_user=by_user, note=note)
     return dict(CHOICE)

@@ -13,7 +13,7 @@ import pytest
 # src.config reads its `numerics` default from the process's mode when it is imported,
 # which must happen before the tests below call pin_numerics on fake environments.
 import src.config  # noqa: F401
-from src._numerics import ENV_MODE, PORTABLE_PINS, cpu_model_and_flags, pin_numerics
+from src._numerics import ENV_MODE, ENV_PINNED, PORTABLE_PINS, cpu_model_and_flags, pin_numerics
 from src.config_fields import ConfigError
 from tests.conftest import REPO, compose
 
@@ -34,7 +34,7 @@ def test_portable_pins_every_library_to_avx2_on_x86():
     env: dict[str, str] = {}
     choice = pin_numerics([], env, machine="x86_64")
     assert env == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-                   ENV_MODE: "portable"}
+                   ENV_MODE: "portable", ENV_PINNED: "ATEN_CPU_CAPABILITY,MKL_CBWR,ONEDNN_MAX_CPU_ISA"}
     assert choice["mode"] == "portable" and choice["source"] == "default"
     assert choice["pinned"] == PORTABLE_PINS and choice["set_by_user"] == {}
 
@@ -52,10 +52,28 @@ def test_native_pins_nothing_and_the_command_line_beats_the_environment():
     env = {ENV_MODE: "portable"}
     choice = pin_numerics(["experiment=staleness_4x", "numerics=native"], env, machine="x86_64")
     assert choice["mode"] == "native" and choice["source"] == "command line"
-    assert env == {ENV_MODE: "native"}  # worker processes of a sweep load torch alike
+    assert env == {ENV_MODE: "native", ENV_PINNED: ""}  # a sweep's workers load torch alike
     env = {ENV_MODE: "native"}
     assert pin_numerics([], env, machine="x86_64")["source"] == ENV_MODE
     assert "ATEN_CPU_CAPABILITY" not in env
+
+
+def test_a_child_process_tells_its_parents_pins_from_the_users():
+    parent: dict[str, str] = {"MKL_CBWR": "COMPATIBLE"}  # the user's own
+    pin_numerics([], parent, machine="x86_64")
+    child = dict(parent)  # what a sweep's or a rerun's process inherits
+    choice = pin_numerics(["numerics=native"], child, machine="x86_64")
+    # the parent's pins are dropped, the user's setting stays and is recorded as the user's
+    assert child == {"MKL_CBWR": "COMPATIBLE", ENV_MODE: "native", ENV_PINNED: ""}
+    assert choice["set_by_user"] == {"MKL_CBWR": "COMPATIBLE"}
+    child = dict(parent)
+    choice = pin_numerics([], child, machine="x86_64")  # a portable child: the same pins, ours
+    assert choice["pinned"] == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert choice["set_by_user"] == {"MKL_CBWR": "COMPATIBLE"}
+    # a pin whose value was changed since is the user's
+    child = {**parent, "ATEN_CPU_CAPABILITY": "avx512"}
+    assert pin_numerics(["numerics=native"], child, machine="x86_64")["set_by_user"] == {
+        "ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "COMPATIBLE"}
     # the last override of a key wins, as in Hydra
     assert pin_numerics(["numerics=native", "numerics=portable"], {}, machine="x86_64")["mode"] == "portable"
 
@@ -63,7 +81,7 @@ def test_native_pins_nothing_and_the_command_line_beats_the_environment():
 def test_a_cpu_without_x86_vector_units_is_left_alone_and_says_why():
     env: dict[str, str] = {}
     choice = pin_numerics([], env, machine="aarch64")
-    assert env == {ENV_MODE: "portable"} and choice["pinned"] == {}
+    assert env == {ENV_MODE: "portable", ENV_PINNED: ""} and choice["pinned"] == {}
     assert choice["note"].startswith("aarch64: no x86 instruction set to pin")
 
 
@@ -91,7 +109,7 @@ def _loaded(args: list[str], env_extra: dict[str, str] | None = None) -> dict:
     """What a fresh interpreter that imports `src` then torch uses: (its mode, the ISA)."""
     import os
 
-    env = {k: v for k, v in os.environ.items() if k not in (*PORTABLE_PINS, ENV_MODE)}
+    env = {k: v for k, v in os.environ.items() if k not in (*PORTABLE_PINS, ENV_MODE, ENV_PINNED)}
     env.update(env_extra or {})
     code = ("import json, sys\nimport src\nimport torch\nfrom src._numerics import fingerprint\n"
             "print(json.dumps(fingerprint()))")
@@ -108,6 +126,9 @@ def test_torch_dispatches_to_avx2_in_portable_mode_and_to_its_own_best_in_native
     assert portable["mode"] == "portable" and portable["isa"] == "AVX2"
     assert portable["mkl_branch"] == "AVX2" and portable["onednn_max_isa"] == "AVX2"
     native = _loaded(["numerics=native"])
+    # started by a process of this project that pinned portable: native all the same
+    from_a_parent = _loaded(["numerics=native"], {**PORTABLE_PINS, ENV_PINNED: ",".join(PORTABLE_PINS)})
+    assert from_a_parent["isa"] == native["isa"] and from_a_parent["set_by_user"] == {}
     assert native["mode"] == "native" and native["mkl_branch"] is None
     widest = "AVX512" if "avx512f" in cpu_model_and_flags()[1] else "AVX2"
     assert native["isa"] == widest
