@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.stats import mean_ci
+from analysis.stats import NO_SPREAD, fmt_half, mean_ci, no_spread, two_sided_p
 
 # A claim's expected direction: the measured number (or difference) rises or falls.
 UP, DOWN = 1, -1
@@ -30,6 +30,7 @@ class Paired:
     n: int
     above: int  # seeds with a - b > 0
     below: int  # seeds with a - b < 0
+    p: float = math.nan  # two-sided paired t-test of a - b against 0 (NaN: no test)
 
     def seeds_in(self, direction: int) -> int:
         return self.above if direction == UP else self.below
@@ -41,14 +42,14 @@ def paired_difference(a: pd.Series, b: pd.Series) -> Paired:
     common = a.index.intersection(b.index)
     d = (a.loc[common] - b.loc[common]).astype(float)
     m, lo, hi, n = mean_ci(d)
-    return Paired(m, lo, hi, n, int((d > 0).sum()), int((d < 0).sum()))
+    return Paired(m, lo, hi, n, int((d > 0).sum()), int((d < 0).sum()), two_sided_p(d))
 
 
 def direction_verdict(low: float, high: float, direction: int, ref: float = 0.0) -> str:
     """`held` when the 95% interval [low, high] excludes `ref` on the expected side,
     `not held` when it excludes it on the other side, `not settled` otherwise (also when
-    there is no interval)."""
-    if math.isnan(low) or math.isnan(high):
+    there is no interval, or one of zero width: seeds that all gave one value)."""
+    if math.isnan(low) or math.isnan(high) or low == high:  # no interval, or no spread
         return "not settled"
     if (low > ref) if direction == UP else (high < ref):
         return "held"
@@ -65,4 +66,6 @@ def fmt_paired(p: Paired, direction: int, digits: int = 3) -> str:
     seeds = f"{p.seeds_in(direction)} of {p.n} seeds {side}"
     if math.isnan(p.low):
         return f"{p.mean:+.{digits}f} (n={p.n}; {seeds})"
-    return f"{p.mean:+.{digits}f} ± {(p.high - p.low) / 2:.{digits}f} (n={p.n}; {seeds})"
+    if no_spread(p.low, p.high, p.n):
+        return f"{p.mean:+.{digits}f} (n={p.n}; {seeds}; {NO_SPREAD})"
+    return f"{p.mean:+.{digits}f} ± {fmt_half((p.high - p.low) / 2, digits)} (n={p.n}; {seeds})"

@@ -26,7 +26,7 @@ from analysis.grad_clip import confound_note, grad_clip_share
 from analysis.loader import Run, RunSet
 from analysis.paired import DOWN, UP
 from analysis.stats import fmt_ci, mean_ci
-from analysis.verdicts import Claim, directed, no_change, paired, threshold
+from analysis.verdicts import Claim, directed, no_change, paired, share_above
 
 MODE_KEY = "train.staleness_mode"
 # What the paper's account (Eq. 6: the clip rule removes low-probability positive tokens'
@@ -210,7 +210,8 @@ def suite_claims(runs: RunSet, suite: str, last_k: int) -> pd.DataFrame:
             continue
         shares = seed_agreement(update_pairs(runs.subset(
             lambda r, ids={x.run_id for x in cell}: r.run_id in ids)))["share"]
-        rows.append(threshold(c, shares, 0.5))
+        pooled = law.loc[(method, k)]
+        rows.append(share_above(c, shares, int(pooled["agree"]), int(pooled["counted"]), 0.5))
     return pd.DataFrame([c.__dict__ for c in rows], columns=list(Claim.__dataclass_fields__))
 
 

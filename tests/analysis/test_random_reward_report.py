@@ -209,11 +209,13 @@ def test_each_row_tests_its_own_direction_on_paired_and_per_seed_intervals(coin_
     assert low_row["value"] == pytest.approx(0.01)
     assert "1 of 3 seeds < 0" in low_row["basis"]
     # Eq. 6 sign rows, per seed then a t-interval over seeds:
-    # ppo 1x: 2 of 4 on every seed -> 0.5 ± 0: not above 0.5
+    # ppo 1x: 2 of 4 on every seed -> no spread over seeds, so the pooled Wilson interval
+    #   decides: 6 of 12 holds 0.5, not settled
     # ppo 4x: 12, 14, 10 of 16 -> 0.75, 0.875, 0.625: 0.75 ± 4.303 * 0.125 / sqrt(3)
     #   = ± 0.311, which holds 0.5 (a Wilson interval over the 48 updates, [0.61, 0.85],
     #   would have called it held)
-    # clip_0.8_1.5: 0 of 16 on every seed -> 0 ± 0: wholly below 0.5
+    # clip_0.8_1.5: 0 of 16 on every seed -> no spread; pooled 0 of 48, Wilson [0, 0.074]:
+    #   wholly below 0.5
     sign = {c: x for c, x in v.items() if c.startswith("The covariance predicts")}
     assert sign == {
         f"The covariance predicts the sign of the per-update entropy change better than "
@@ -224,6 +226,12 @@ def test_each_row_tests_its_own_direction_on_paired_and_per_seed_intervals(coin_
     }
     ppo4 = claims[claims["claim"].str.contains(r"chance \(ppo at 4x")].iloc[0]
     assert ppo4["measured"] == f"0.750 ± {T2 * 0.125 / math.sqrt(3):.3f} (n=3)"
+    # no "± 0.000": the degenerate rows name the pooled Wilson interval they rest on
+    high = claims[claims["claim"].str.contains(r"chance \(clip_0.8_1.5 at 4x")].iloc[0]
+    z = 1.959964  # Wilson upper end of 0 of n: z^2 / (n + z^2)
+    assert high["basis"] == (f"0.000 [0.000, {z * z / (48 + z * z):.3f}] (0 of 48; Wilson, "
+                             "pooled updates); every seed 0.000")
+    assert "± 0.000" not in high["measured"] and "judged on the Wilson interval" in high["note"]
 
 
 def test_seed_agreement_gives_each_seeds_share(coin_flip_runs):
