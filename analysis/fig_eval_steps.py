@@ -8,7 +8,8 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from analysis import style
-from analysis.fig_final import EVAL_METRICS, WARM_START_STYLE, start_evals
+from analysis.fig_final import WARM_START_STYLE, start_evals
+from analysis.final import EVAL_METRICS, FINAL_EVALS
 from analysis.loader import RUN_COLS, RunSet
 from analysis.plotting import (
     STEP_AXIS,
@@ -72,8 +73,9 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
                loc="center right", frameon=False, fontsize=8)
     seeds = "/".join(str(int(n)) for n in sorted(curves["n"].unique()))
     warm = ", ".join(f"{EVAL_METRICS[m]} {start[m]:.3f}" for m in metrics if m in start)
-    suptitle(fig, f"Held-out accuracy at every eval: mean over {seeds} seeds (per-seed values "
-             f"and intervals of the last eval: fig11). Dashed: the warm start at step 0 "
-             f"({warm}), where every run begins.", fontsize=9)
+    suptitle(fig, f"Held-out accuracy at every eval: mean over {seeds} seeds (fig11 has the "
+             f"final accuracy, the mean of each run's last {FINAL_EVALS} evals, per seed and with "
+             f"intervals). Dashed: the warm start at step 0 ({warm}), where every run begins.",
+             fontsize=9)
     fig.tight_layout(rect=(0, 0, 1 - 1.7 / fig.get_figwidth(), 1))
     return FigureResult(NAME, save(fig, NAME, opts), curves, {"start": start.to_frame("step 0").T})

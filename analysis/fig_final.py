@@ -1,4 +1,5 @@
-"""Fig 11: final held-out accuracy per method and staleness."""
+"""Fig 11: final held-out accuracy (mean of each run's last three evals) per method and
+staleness."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 from analysis import style
+from analysis.final import EVAL_METRICS, FINAL_EVALS, final_window, window_text
 from analysis.loader import RUN_COLS, RunSet
 from analysis.plotting import (
     FigureResult,
@@ -21,18 +23,6 @@ from analysis.plotting import (
     stx,
     suptitle,
 )
-
-EVAL_METRICS = {"sampled_accuracy": "sampled accuracy", "greedy_accuracy": "greedy accuracy"}
-
-
-def final_evals(runs: RunSet) -> pd.DataFrame:
-    """The last eval record (highest step) of every run: one row per run."""
-    ev = runs.evals
-    if ev.empty:
-        return pd.DataFrame(columns=[*RUN_COLS, "step", *EVAL_METRICS])
-    last = ev.sort_values(["run_id", "step"]).groupby("run_id", observed=True).tail(1)
-    cols = [c for c in EVAL_METRICS if c in last.columns]
-    return last[[*RUN_COLS, "step", *cols]].reset_index(drop=True)
 
 
 def start_evals(runs: RunSet) -> pd.Series:
@@ -54,14 +44,16 @@ def _values(values) -> str:
 
 
 def eval_caption(runs: RunSet, final: pd.DataFrame) -> str:
-    """What the bars are: eval size, samples per problem, seeds per cell, interval type."""
+    """What the bars are: the evals averaged, eval size, samples per problem, seeds per
+    cell, interval type."""
     n_problems = _values(runs.evals["n_problems"]) if "n_problems" in runs.evals else "?"
     samples = _values(r.cfg("eval.samples") for r in runs.runs)
     seeds = _values(final.groupby(["method", "staleness"]).size())
-    text = (f"Last eval of each run on {n_problems} held-out problems (greedy: 1 response, "
-            f"sampled: {samples} per problem).\nBars: mean over {seeds} seeds; dots: the seeds; "
-            "whiskers: 95% Student-t interval over seeds, clipped to [0, 1]; dashed: the warm "
-            "start (step 0), where every run begins.")
+    text = (f"Final = mean of each run's last {FINAL_EVALS} evals ({window_text(final)}, k "
+            f"updates per step at kx) on {n_problems} held-out problems (greedy: 1 response, "
+            f"sampled: {samples} per problem).\nBars: mean over "
+            f"{seeds} seeds; dots: the seeds; whiskers: 95% Student-t interval over seeds, "
+            "clipped to [0, 1]; dashed: the warm start (step 0), where every run begins.")
     at_1x = set(final.loc[final["staleness"] == 1, "method"])
     if at_1x and set(final["method"]) - at_1x:
         text += ("\nNo 1x bar: not run at 1x, where every IS weight is 1 and a method that "
@@ -71,12 +63,11 @@ def eval_caption(runs: RunSet, final: pd.DataFrame) -> str:
 
 def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
     require_learning(runs)
-    final = final_evals(runs)
-    require(not final.empty, "no eval records")
+    final = final_window(runs)
+    require(not final.empty, "no eval records after step 0")
     present = [c for c in EVAL_METRICS if c in final.columns]
-    long = final.melt(id_vars=[*RUN_COLS, "step"], value_vars=present, var_name="metric").dropna(
-        subset=["value"]
-    )
+    long = final.melt(id_vars=[*RUN_COLS, "final_eval_steps"], value_vars=present,
+                      var_name="metric").dropna(subset=["value"])
     require(not long.empty, "no sampled_accuracy/greedy_accuracy in eval records")
     long["staleness_x"] = long["staleness"].map(stx)
     order = [stx(k) for k in sorted(long["staleness"].unique())]
@@ -93,17 +84,23 @@ def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
         if metric in start and start[metric] == start[metric]:
             ax.axhline(start[metric], **WARM_START_STYLE, label="warm start (step 0)")
             title += f" (warm start: {start[metric]:.3f})"
+        title += f"\nmean of each run's last {FINAL_EVALS} evals"
         ax.legend(*ax.get_legend_handles_labels(), title="method")
         ax.set_title(title)
         ax.set_xlabel("staleness")
         ax.set_ylabel("held-out accuracy (share correct)")
-        ax.set_ylim(0, min(1.0, ax.get_ylim()[1]))  # whiskers included; never past 1
+    # The panels share y: scale to both (whiskers and the warm-start lines included), so
+    # the first panel's range cannot cut the second's bars; never past 1.
+    axes[0].autoscale(axis="y")
+    axes[0].set_ylim(0, min(1.0, axes[0].get_ylim()[1]))
     finish_legends(fig, axes)
     suptitle(fig, eval_caption(runs, final), fontsize=9)
     fig.tight_layout()
     name = "fig11_final_accuracy"
+    y_low, y_high = axes[0].get_ylim()
     return FigureResult(name, save(fig, name, opts), long.reset_index(drop=True),
-                        {"start": start.to_frame("step 0").T})
+                        {"start": start.to_frame("step 0").T,
+                         "ylim": pd.DataFrame({"low": [y_low], "high": [y_high]})})
 
 
 def seed_dots(ax: plt.Axes, d: pd.DataFrame, order: list[str]) -> None:

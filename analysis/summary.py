@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.entropy_law import drift_of
-from analysis.fig_final import final_evals
+from analysis.final import WINDOW_COLS, final_window
 from analysis.grad_clip import grad_clip_share
 from analysis.loader import RUN_COLS, RunSet
 from analysis.search_outcomes import searches_bounds
@@ -34,7 +34,8 @@ def _col(steps: pd.DataFrame, name: str) -> pd.Series:
 
 
 def run_summary(runs: RunSet, last_k: int = 5) -> pd.DataFrame:
-    """Per run: final accuracy, final reward (mean of last k steps), entropy drift (mean of
+    """Per run: final accuracy (mean of the last three evals, analysis/final.py, with where
+    they fall), final reward (mean of last k steps), entropy drift (mean of
     the last k steps minus the first k: negative = fell), the share of updates whose
     gradient norm was clipped, and step-means of clip fractions, bounds and rho."""
     steps = runs.steps.sort_values(["run_id", "step"])
@@ -61,10 +62,11 @@ def run_summary(runs: RunSet, last_k: int = 5) -> pd.DataFrame:
     for k in BAPO_ONLY:
         out.loc[~out["run_id"].isin(bapo), k] = np.nan
     out["is_bapo"] = out["run_id"].isin(bapo)
-    fe = final_evals(runs).set_index("run_id")
+    fe = final_window(runs).set_index("run_id")
     for src, dst in (
         ("sampled_accuracy", "final_sampled_acc"),
         ("greedy_accuracy", "final_greedy_acc"),
+        *((c, c) for c in WINDOW_COLS),
     ):
         out[dst] = out["run_id"].map(fe[src]) if src in fe.columns else np.nan
     return out
