@@ -1,4 +1,5 @@
-"""Token-level figures from the Parquet parts (paper Figs 5 and 10, entropy quadrants)."""
+"""Token-level figures from the Parquet parts (paper Figs 5 and 10; the entropy quadrants are
+analysis/fig_quadrants.py)."""
 
 from __future__ import annotations
 
@@ -16,26 +17,22 @@ from analysis.loader import RUN_COLS, Run, RunSet
 from analysis.plotting import (
     FigureResult,
     Options,
-    bar_panel,
     finish_legends,
-    grid,
     require,
     sample_note,
     save,
     stx,
     suptitle,
 )
-from src.run_vocab import NO_GRADIENT_STATES
 
 BASE = style.BASELINE
 SIGN_COLORS = {"A>0": "#009E73", "A<0": "#CC79A7"}  # Okabe-Ito; no method uses them
 RATIO_EDGES = [0.0, 0.6, 0.8, 1.0, 1.2, 1.4, 2.0, math.inf]
 RATIO_LABELS = ["<0.6", "0.6-0.8", "0.8-1.0", "1.0-1.2", "1.2-1.4", "1.4-2.0", ">=2.0"]
-# Token kinds of the entropy-quadrant figure. Split at probability 0.5, not the median: a
-# fixed split means "the model prefers this token" and lets the shares move between runs,
-# while a median split would pin each half at 50% of tokens by construction.
+# High and low probability tokens (the token viewer's default split). At probability 0.5,
+# not the median: a fixed split means "the model prefers this token" and lets the shares
+# move between runs, while a median split would pin each half at 50% by construction.
 PROB_SPLIT = 0.5
-KINDS = ["high p, A>0", "high p, A<0", "low p, A>0", "low p, A<0"]
 
 
 def ratio_bin(ratio: pd.Series) -> pd.Categorical:
@@ -222,79 +219,3 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
              "clip bounds. Weights outside [1/4, 4] are drawn at the edge (>).", fontsize=10)
     name = "fig10_prob_is_entropy"
     return FigureResult(name, save(fig, name, opts), data)
-
-
-def quadrant_shares(runs: RunSet) -> pd.DataFrame:
-    """Per run and token kind: tokens, clipped tokens (no gradient left), clipped share."""
-    rows = []
-    for run in runs.select(lambda r: bool(r.token_parts)):
-        tok = runs.tokens(["logp", "advantage", "clip_state"], [run])  # one run at a time
-        if tok.empty:
-            continue
-        tok = tok[tok["advantage"] != 0]
-        high = tok["logp"].to_numpy() >= math.log(PROB_SPLIT)
-        neg = tok["advantage"].to_numpy() < 0
-        kind = np.where(high, 0, 2) + neg.astype(int)  # index into KINDS
-        clipped = tok["clip_state"].isin(NO_GRADIENT_STATES).to_numpy()
-        n = np.bincount(kind, minlength=4)
-        c = np.bincount(kind, weights=clipped, minlength=4)
-        for i, label in enumerate(KINDS):
-            rows.append(
-                {
-                    **{k: getattr(run, k) for k in RUN_COLS},
-                    "kind": label,
-                    "tokens": int(n[i]),
-                    "clipped": int(c[i]),
-                    "clip_share": c[i] / n[i] if n[i] else np.nan,
-                }
-            )
-    return pd.DataFrame(rows, columns=[*RUN_COLS, "kind", "tokens", "clipped", "clip_share"])
-
-
-def fig_entropy_quadrants(runs: RunSet, opts: Options) -> FigureResult:
-    """Which token kinds each method clips, one panel per staleness on one y scale. Levels
-    where no token was clipped (1x: every IS weight is 1) get no panel, only a note."""
-    shares = quadrant_shares(runs)
-    require(not shares.empty, "no runs with readable token parts")
-    clipped_any = shares.groupby("staleness")["clipped"].sum()
-    levels = [int(k) for k in sorted(clipped_any.index) if clipped_any[k] > 0]
-    require(bool(levels), "no token clipped at any staleness (every IS weight is 1)")
-    empty = [stx(k) for k in sorted(clipped_any.index) if clipped_any[k] == 0]
-    # wide enough for 13 methods' bars, and for the caption when there is one panel
-    fig, axes = grid(len(levels), 3, max(5.0, 9.0 / min(len(levels), 3)), 3.8)
-    top = 0.0
-    for ax, k in zip(axes, levels, strict=True):
-        part = shares[shares["staleness"] == k]
-        bar_panel(ax, part, "kind", "clip_share", KINDS, runs, bounds=(0.0, 1.0))
-        top = max(top, ax.get_ylim()[1])
-        ax.set_title(f"staleness {stx(k)}")
-        ax.set_ylabel("clipped share of the kind's tokens")
-        ax.set_xlabel("token kind")
-        ax.tick_params(axis="x", labelrotation=30)
-    for ax in axes:  # one scale: a bar's height means the same in every panel
-        ax.set_ylim(0, top)
-    shared_legend(fig, axes)
-    note = (f" No panel for {', '.join(empty)}: no token clipped there (every IS weight is 1)."
-            if empty else "")
-    suptitle(fig, "Clipped share by token kind (tokens with A≠0): clipped = left without "
-             f"gradient. high p: the token's probability under π_θ before the update is >= "
-             f"{PROB_SPLIT}, low p: below.\nBars: mean over seeds; whiskers: 95% Student-t "
-             f"interval over seeds (clipped to [0, 1]); {sample_note(runs.runs)}.{note}",
-             fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1 - 1.5 / fig.get_figwidth(), 1))
-    name = "fig_entropy_quadrants"
-    return FigureResult(name, save(fig, name, opts), shares)
-
-
-def shared_legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
-    """One legend beside the panels with every method of any panel (panels at different
-    staleness hold different methods), in the canonical order."""
-    found: dict[str, object] = {}
-    for ax in axes:
-        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            found.setdefault(label, h)
-        if ax.get_legend() is not None:
-            ax.get_legend().remove()
-    order = style.method_order(found)
-    fig.legend([found[m] for m in order], order, title="method", loc="center right",
-               frameon=False)

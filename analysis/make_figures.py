@@ -1,7 +1,8 @@
 """Regenerate every figure and REPORT.md from run dirs.
 
 python analysis/make_figures.py [--runs DIR ...] [--out DIR]      # runs/ -> outputs/figures/
-python analysis/make_figures.py --runs experiments/results --out figures   # the committed ones
+python analysis/make_figures.py --runs experiments/results --out figures \
+    --docs docs/reproduction.md                                          # the committed ones
 
 Runs are grouped into cells (one experiment, method and config; only seeds pooled) and
 suites (cells that can be compared, analysis/cells.py). The largest suite's figures go to
@@ -28,17 +29,21 @@ from analysis import (  # noqa: E402
     fig_entropy_law,
     fig_eval_steps,
     fig_final,
+    fig_quadrants,
     fig_ratio,
     fig_rho,
     fig_tokens,
     fig_training,
     style,
 )
+from analysis.doc_blocks import fill_docs  # noqa: E402
 from analysis.loader import RunSet, load_runs  # noqa: E402
+from analysis.pilots import one_seed_cells  # noqa: E402
 from analysis.plotting import FigureResult, Options, SkipFigure  # noqa: E402
-from analysis.report import SuiteFigures, verdict_counts, write_report  # noqa: E402
+from analysis.report import CELL_COLS, SuiteFigures, verdict_counts, write_report  # noqa: E402
 from analysis.summary import run_summary  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 FIGURES: dict[str, Callable[[RunSet, Options], FigureResult]] = {
     "fig02_staleness_ppo": fig_training.fig02_staleness,
     "fig04_contribution_by_sign": fig_training.fig04_contribution,
@@ -51,7 +56,7 @@ FIGURES: dict[str, Callable[[RunSet, Options], FigureResult]] = {
     "fig10_prob_is_entropy": fig_tokens.fig10_prob_ratio_entropy,
     "fig11_final_accuracy": fig_final.fig11_final_accuracy,
     "fig_accuracy_by_step": fig_eval_steps.fig_accuracy_by_step,
-    "fig_entropy_quadrants": fig_tokens.fig_entropy_quadrants,
+    "fig_entropy_quadrants": fig_quadrants.fig_entropy_quadrants,
     "fig_is_ratio_by_staleness": fig_ratio.fig_is_ratio_by_staleness,
     "fig_entropy_law": fig_entropy_law.fig_entropy_law,
 }
@@ -77,6 +82,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", nargs="+", help="only figures whose name starts with these")
     p.add_argument("--last-k", type=int, default=5, help="steps averaged as 'final'")
     p.add_argument("--smooth", type=int, default=1, help="rolling window over steps")
+    p.add_argument("--docs", nargs="*", default=[], type=Path,
+                   help="docs whose generated blocks naming --out are refilled from the new "
+                   "report (analysis/doc_blocks.py), e.g. docs/reproduction.md")
     return p.parse_args(argv)
 
 
@@ -162,8 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         figures, failed = [], []
+        summary = run_summary(runs, args.last_k)
+        # one-seed cells beside a suite's multi-seed ones: in no figure (listed apart)
+        apart = set(one_seed_cells(summary, CELL_COLS, within="suite")["run_id"])
         for i, suite in enumerate(runs.suites):
-            part = runs.subset(lambda r, suite=suite: r.suite == suite)
+            part = runs.subset(lambda r, suite=suite: r.suite == suite and r.run_id not in apart)
             where = "." if i == 0 else f"{SUITES_DIR}/{part.runs[0].suite_slug}"
             print(f"suite {suite} ({len(part.runs)} runs) -> {out / where}")
             opts = Options(
@@ -176,9 +187,10 @@ def main(argv: list[str] | None = None) -> int:
             made, skipped, bad = draw(part, opts, args.only)
             figures.append(SuiteFigures(suite, where, made, skipped + bad))
             failed += bad
-        summary = run_summary(runs, args.last_k)
         _, _, claims = write_report(runs, summary, staged, args.runs, figures, args.last_k)
         swap_in(staged, out)
+        for doc in fill_docs(args.docs, REPO, only=out):
+            print(f"filled  {doc}")
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise

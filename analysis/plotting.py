@@ -275,3 +275,17 @@ def bar_panel(ax: plt.Axes, df: pd.DataFrame, x: str, y: str, order: list, runs:
         err_kws={"linewidth": 1},
         ax=ax,
     )
+
+
+def shared_legend(fig: plt.Figure, axes: list[plt.Axes]) -> None:
+    """One legend beside the panels with every method of any panel (panels at different
+    staleness hold different methods), in the canonical order."""
+    found: dict[str, object] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, h)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    order = style.method_order(found)
+    fig.legend([found[m] for m in order], order, title="method", loc="center right",
+               frameon=False)

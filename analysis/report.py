@@ -16,9 +16,12 @@ import pandas as pd
 from analysis import random_reward, style
 from analysis.cells import experiment_order
 from analysis.claim_counts import claim_counts
+from analysis.final import FINAL_EVALS, alignment_note
 from analysis.grad_clip import confound_note
 from analysis.loader import RunSet
+from analysis.multiplicity import fmt_holm, with_holm
 from analysis.paired import DOWN, UP
+from analysis.pilots import one_seed_cells
 from analysis.run_index import run_index
 from analysis.search_outcomes import search_outcomes
 from analysis.stats import fmt_ci, mean_ci
@@ -104,7 +107,11 @@ def claims_table(s: pd.DataFrame) -> pd.DataFrame:
     def compare(c: Claim, a: pd.DataFrame, b: pd.DataFrame, col: str, names: tuple[str, str],
                 direction: int) -> Claim:
         out = paired(c, by_seed(a, col), by_seed(b, col), names, direction)
-        return _add_note(out, _confound(a, b, names)) if out.verdict != "no data" else out
+        if out.verdict == "no data":
+            return out
+        if col.startswith("final_") and col.endswith("_acc"):  # evals: at equal updates?
+            out = _add_note(out, alignment_note(a, b, names))
+        return _add_note(out, _confound(a, b, names))
 
     def per_level(c: Claim, method: str, test) -> Claim:
         """The claim tested at each of `method`'s levels above 1x, then combined."""
@@ -179,10 +186,18 @@ def claims_table(s: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([c.__dict__ for c in claims], columns=list(Claim.__dataclass_fields__))
 
 
-def verdict_counts(claims: pd.DataFrame) -> str:
+def verdict_counts(claims: pd.DataFrame, column: str = "verdict") -> str:
     """'6 held, 2 not held, 7 not settled' (the kinds present, in VERDICTS order)."""
-    counts = claims["verdict"].value_counts()
+    counts = claims[column].value_counts()
     return ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts) or "no claims"
+
+
+def holm_counts(claims: pd.DataFrame) -> str:
+    """The line under the raw counts: the same claims after Holm's correction over the
+    table's tested rows (analysis/multiplicity.py)."""
+    tests = int(claims["tests"].iat[0]) if len(claims) else 0
+    return (f"After Holm's correction over the {tests} tested rows: "
+            f"{verdict_counts(claims, 'holm_verdict')}.")
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -243,10 +258,13 @@ def runs_markdown(summary: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
     for key, g in summary.groupby(CELL_COLS, sort=False):
         seeds = sorted(g["seed"].astype(int))
         steps = sorted(set(g["steps_used"].astype(int)))
+        finals = sorted(set(g["final_eval_steps"].dropna())) if "final_eval_steps" in g else []
         rows.append({**dict(zip(CELL_COLS, key, strict=True)),
                      "seeds": f"{len(seeds)} ({', '.join(map(str, seeds))})",
-                     "steps": "/".join(map(str, steps))})
-    table = order_cells(pd.DataFrame(rows, columns=[*CELL_COLS, "seeds", "steps"]), suites)
+                     "steps": "/".join(map(str, steps)),
+                     "final evals at steps": "; ".join(finals) or "—"})
+    table = order_cells(pd.DataFrame(rows, columns=[*CELL_COLS, "seeds", "steps",
+                                                    "final evals at steps"]), suites)
     table["staleness"] = table["staleness"].map(style.staleness_label)
     return _shown_cols(table, suites)
 
@@ -285,6 +303,18 @@ def _search_lines(table: pd.DataFrame, suites: list[str]) -> list[str]:
     ]
 
 
+def _apart_lines(apart: pd.DataFrame, suites: list[str]) -> list[str]:
+    """The one-seed cells of suites whose other cells have more seeds: apart from the
+    sweeps' tables, claims and figures (analysis/pilots.py); none when there are none."""
+    if apart.empty:
+        return []
+    return ["## One-seed cells, apart from the sweeps", "",
+            "These cells have one seed where the other cells of their suite have more: no "
+            "interval, so they are left out of the tables, claims and figures above.", "",
+            md_table(runs_markdown(apart, suites)), "",
+            md_table(results_markdown(order_cells(results_table(apart), suites), suites)), ""]
+
+
 def _random_reward_lines(runs: RunSet, summary: pd.DataFrame, last_k: int) -> list[str]:
     """The random-reward section (analysis/random_reward.py); none without such runs."""
     if not random_reward.random_suites(runs):
@@ -303,7 +333,12 @@ VERDICT_RULE = (
     "the expected side; the unpaired intervals are shown beside it. Rows marked "
     "'staleness > 1' are tested at each level; only the levels the paper ran (1x, 2x, 4x) "
     "decide, 8x is shown. Notes name gradient-norm clipping where its share differs by 5 "
-    "points or more between the compared cells. docs/statistics.md has the details."
+    "points or more between the compared cells. Seeds that all gave the same value have no "
+    "interval (no spread), so such a row is `not settled`. `after Holm`: each table's rows "
+    "are many tests at once, so each row also gets the verdict that survives Holm's "
+    "correction over the table's tested rows (its two-sided t-test p, the Holm-adjusted p, "
+    "and how many tests the table holds); a settled verdict whose adjusted p is not below "
+    "0.05 becomes `not settled`. docs/statistics.md has the details."
 )
 
 
@@ -315,17 +350,20 @@ def _summary_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
     labels = suite_labels(suites)
     main = claims[claims["suite"] == suites[0]]
     table = main[["claim", "paper", "basis", "verdict"]].rename(columns={"basis": "ours"})
+    table["after Holm"] = main["holm_verdict"]
     lines = ["## Summary", "", VERDICT_RULE, ""]
     if len(suites) > 1:
         lines += [f"Suite {labels[suites[0]]} (the suites table below names S1..S{len(suites)}): "
-                  f"{verdict_counts(main)}. `ours` is the interval the verdict rests on.", ""]
+                  f"{verdict_counts(main)}. {holm_counts(main)} `ours` is the interval the "
+                  "verdict rests on.", ""]
     lines += [md_table(table), ""]
     for suite in suites[1:]:
         part = claims[claims["suite"] == suite]
         settled = part[part["verdict"].isin(["held", "not held"])]
-        lines += [f"Suite {labels[suite]}: {verdict_counts(part)}."
+        lines += [f"Suite {labels[suite]}: {verdict_counts(part)}. {holm_counts(part)}"
                   + ("" if settled.empty else " Settled: " + "; ".join(
-                      f"{c} ({b}): {v}" for c, b, v in settled[["claim", "basis", "verdict"]]
+                      f"{c} ({b}): {v}, after Holm {h}" for c, b, v, h in
+                      settled[["claim", "basis", "verdict", "holm_verdict"]]
                       .itertuples(index=False)) + "."), ""]
     return lines
 
@@ -353,17 +391,19 @@ def _suites_lines(runs: RunSet, claims: pd.DataFrame, suites: list[str]) -> list
 
 def _claims_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
     lines = ["## Paper claims", "", VERDICT_RULE, ""]
-    cols = ["claim", "paper", "measured", "experiments", "criterion", "verdict", "note"]
+    cols = ["claim", "paper", "measured", "experiments", "criterion", "verdict", "after Holm",
+            "note"]
     labels = suite_labels(suites)
     for suite in suites:
         part = claims[claims["suite"] == suite]
         if len(suites) > 1:
             lines += [f"### {labels[suite]}", ""]
-        lines += [f"Verdicts: {verdict_counts(part)}.", ""]
+        lines += [f"Verdicts: {verdict_counts(part)}.", "", holm_counts(part), ""]
         if (part["verdict"] == "no data").all():
             lines += ["No claim has the runs it needs in this suite.", ""]
             continue
-        lines += [md_table(part[cols]), ""]
+        shown = part.assign(**{"after Holm": part.apply(fmt_holm, axis=1)})
+        lines += [md_table(shown[cols]), ""]
     return lines
 
 
@@ -403,11 +443,14 @@ def write_report(
     last_k: int,
 ) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
     suites = runs.suites
+    apart = one_seed_cells(summary, CELL_COLS, within="suite")  # pilots: listed apart
+    summary = summary[~summary["run_id"].isin(apart["run_id"])]
     results = order_cells(results_table(summary), suites)
     coin_flips = set(random_reward.random_suites(runs))
+    # Holm's correction runs over one suite's table: the rows read and judged together
     claims = pd.concat(
-        [(random_reward.suite_claims(runs, suite, last_k) if suite in coin_flips
-          else claims_table(summary[summary["suite"] == suite])).assign(suite=suite)
+        [with_holm(random_reward.suite_claims(runs, suite, last_k) if suite in coin_flips
+                   else claims_table(summary[summary["suite"] == suite])).assign(suite=suite)
          for suite in suites],
         ignore_index=True,
     )
@@ -440,7 +483,9 @@ def write_report(
         "",
         "## Results",
         "",
-        f"final accuracy: last eval record. final reward: mean `reward_mean` of the last "
+        f"final accuracy: mean of each run's last {FINAL_EVALS} evals after step 0 (the runs "
+        "table gives their steps; cells compared in a claim have theirs at the same optimizer "
+        "updates, or the claim's note says how they are aligned). final reward: mean `reward_mean` of the last "
         f"{last_k} steps. entropy drift: mean `entropy_mean` of the last {last_k} steps minus "
         f"the first {last_k} (negative: entropy fell; the report's one entropy convention). "
         "grad-norm clipped: share of updates whose total gradient norm exceeded "
@@ -450,6 +495,7 @@ def write_report(
         "",
         md_table(results_markdown(results, suites)) if len(results) else "no runs",
         "",
+        *_apart_lines(apart, suites),
         *_random_reward_lines(runs, summary, last_k),
         *_claims_lines(claims, suites),
         *_search_lines(search, suites),

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fig_bounds, fig_final, fig_tokens, fig_training, style
+from analysis import fig_bounds, fig_final, fig_quadrants, fig_tokens, fig_training, style
+from analysis.final import final_window
 from analysis.plotting import SkipFigure
 
 
@@ -236,18 +237,21 @@ def test_fig11_final_accuracy(sweep, runset, opts):
     _, written = sweep
     res = fig_final.fig11_final_accuracy(runset, opts)
     assert_files(res)
+    # final: the mean of each run's last three evals after step 0 (here steps 2 and 4 of 4)
     exp = {
-        (m, k, s, metric): r.evals[-1][metric]
+        (m, k, s, metric): np.mean([e[metric] for e in r.evals if e["step"] > 0][-3:])
         for (m, k, s), r in written.items()
         for metric in ("sampled_accuracy", "greedy_accuracy")
     }
     got = {(r.method, r.staleness, r.seed, r.metric): r.value for r in res.data.itertuples()}
     assert got == pytest.approx(exp)
-    assert (res.data["step"] == 4).all()  # the eval after the last step
-    # The caption states the eval size, samples, seeds and interval, read from the runs.
-    caption = fig_final.eval_caption(runset, fig_final.final_evals(runset))
-    assert caption.startswith("Last eval of each run on 50 held-out problems (greedy: 1 "
-                              "response, sampled: ? per problem).")
+    assert (res.data["final_eval_steps"] == "2/4").all()
+    # The caption states which evals are averaged, the eval size, samples, seeds and
+    # interval, read from the runs.
+    caption = fig_final.eval_caption(runset, final_window(runset))
+    assert caption.startswith("Final = mean of each run's last 3 evals (steps 2/4, k updates "
+                              "per step at kx) on 50 held-out problems (greedy: 1 response, "
+                              "sampled: ? per problem).")
     assert ("mean over 1/2 seeds; dots: the seeds; whiskers: 95% Student-t interval over "
             "seeds") in caption
     # The dashed warm-start line: the mean over runs of each metric's step-0 eval.
@@ -259,26 +263,43 @@ def test_fig11_final_accuracy(sweep, runset, opts):
         fig_final.fig11_final_accuracy(empty, opts)
 
 
+def test_fig11_panels_share_a_scale_that_holds_both(tmp_path, opts, write_run):
+    # sampled accuracy near 0.2, greedy near 0.6: the shared y axis must reach the greedy
+    # bars, not stop where the sampled panel's whiskers do
+    import json
+
+    from analysis.loader import load_runs
+
+    for seed in range(3):
+        run = write_run(tmp_path / "runs", "ppo", 2, seed)
+        recs = [json.loads(x) for x in (run.path / "metrics.jsonl").read_text().splitlines()]
+        for r in recs:
+            if r["kind"] == "eval" and r["step"] > 0:
+                r["sampled_accuracy"], r["greedy_accuracy"] = 0.20 + 0.01 * seed, 0.60 + 0.01 * seed
+        (run.path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    res = fig_final.fig11_final_accuracy(load_runs([tmp_path / "runs"]), opts)
+    low, high = res.extra["ylim"].iloc[0]
+    assert low == 0 and 0.62 <= high <= 1.0  # every seed's greedy dot in view
+
+
 def test_entropy_quadrants(sweep, runset, opts, tmp_path, write_run):
     _, written = sweep
-    res = fig_tokens.fig_entropy_quadrants(runset, opts)
+    res = fig_quadrants.fig_entropy_quadrants(runset, opts)
     assert_files(res)
     tok = tokens(written, lambda m, k, s: True)
     tok = tok[tok["advantage"] != 0]
-    prob = np.exp(tok["logp"].astype("float64"))
-    tok["kind"] = (
-        np.where(prob >= 0.5, "high p", "low p")
-        + ", "
-        + np.where(tok["advantage"] > 0, "A>0", "A<0")
-    )
-    tok["clipped"] = tok["clip_state"] != "none"
-    exp = tok.groupby(["method", "staleness", "seed", "kind"])["clipped"].mean()
-    got = res.data.set_index(["method", "staleness", "seed", "kind"])["clip_share"]
-    pd.testing.assert_series_equal(
-        got.sort_index().dropna(), exp.sort_index(), check_names=False, check_index_type=False
-    )
+    tok["quadrant"] = (np.where(tok["advantage"] > 0, "A>0", "A<0") + ", "
+                       + np.where(tok["clip_state"] != "none", "clipped", "kept"))
+    g = tok.groupby(["method", "staleness", "seed", "quadrant"])
+    # the quadrant's mean entropy, left out under MIN_TOKENS tokens
+    exp = g["entropy"].mean().where(g.size() >= fig_quadrants.MIN_TOKENS).dropna()
+    got = res.data.set_index(["method", "staleness", "seed", "quadrant"])["entropy"].dropna()
+    pd.testing.assert_series_equal(got.sort_index(), exp.sort_index(), check_names=False,
+                                   check_index_type=False, check_dtype=False, rtol=1e-5)
+    counts = res.data.set_index(["method", "staleness", "seed", "quadrant"])["tokens"]
+    assert (counts.sort_index() == g.size().reindex(counts.index, fill_value=0).sort_index()).all()
     # One panel per staleness where some token was clipped: 1x has every IS weight at 1.
-    assert res.data.query("staleness == 1")["clipped"].sum() == 0
+    assert res.data.query("staleness == 1 and quadrant.str.endswith('clipped')")["tokens"].sum() == 0
     assert len(res.paths) == 1
 
     write_run(tmp_path / "runs", "ppo", 2, 0, write_tokens=False)
@@ -286,7 +307,7 @@ def test_entropy_quadrants(sweep, runset, opts, tmp_path, write_run):
 
     no_tokens = load_runs([tmp_path / "runs"])
     with pytest.raises(SkipFigure, match="no runs with readable token parts"):
-        fig_tokens.fig_entropy_quadrants(no_tokens, opts)
+        fig_quadrants.fig_entropy_quadrants(no_tokens, opts)
     assert any("no token parts" in m for m in no_tokens.messages)
 
 

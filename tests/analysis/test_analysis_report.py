@@ -22,8 +22,16 @@ def test_run_summary_matches_the_written_records(sweep, runset):
         drift = steps["entropy_mean"].tail(2).mean() - steps["entropy_mean"].head(2).mean()
         assert row["entropy_drift"] == pytest.approx(drift)
         assert row["clip_frac"] == pytest.approx(steps["clip_frac"].mean())
-        assert row["final_sampled_acc"] == pytest.approx(syn.evals[-1]["sampled_accuracy"])
-        assert row["final_greedy_acc"] == pytest.approx(syn.evals[-1]["greedy_accuracy"])
+        # final: the mean of the last three evals after step 0 (4 steps, an eval every 2:
+        # steps 2 and 4, both of them)
+        trained = [e for e in syn.evals if e["step"] > 0][-3:]
+        assert [e["step"] for e in trained] == [2, 4]
+        assert row["final_sampled_acc"] == pytest.approx(
+            sum(e["sampled_accuracy"] for e in trained) / 2)
+        assert row["final_greedy_acc"] == pytest.approx(
+            sum(e["greedy_accuracy"] for e in trained) / 2)
+        assert (row["final_evals"], row["final_eval_steps"]) == (2, "2/4")
+        assert row["final_updates"] == f"{2 * key[1]}/{4 * key[1]}"  # k updates a step at kx
         if key[0] == "bapo":
             assert row["rho"] == pytest.approx(steps["rho"].mean())
         else:
@@ -33,7 +41,8 @@ def test_run_summary_matches_the_written_records(sweep, runset):
 def test_results_table_mean_and_interval_over_seeds(sweep, runset):
     _, written = sweep
     res = results_table(run_summary(runset)).set_index(["method", "staleness", "metric"])
-    acc = np.array([written[("bapo", 4, s)].evals[-1]["sampled_accuracy"] for s in (0, 1)])
+    acc = np.array([np.mean([e["sampled_accuracy"] for e in written[("bapo", 4, s)].evals
+                             if e["step"] > 0]) for s in (0, 1)])
     row = res.loc[("bapo", 4, "final_sampled_acc")]
     half = 12.706 * acc.std(ddof=1) / math.sqrt(2)
     assert row["n"] == 2 and row["mean"] == pytest.approx(acc.mean())
@@ -80,8 +89,8 @@ def test_claim_verdicts_rest_on_paired_intervals_and_the_papers_levels():
             ("ppo", 8, 1, 0.61, 0.70, 10, 14, 0.31, -0.50, 0.8, 1.2, 0.20, 0.5),
             ("ppo", 8, 2, 0.62, 0.70, 10, 14, 0.32, -0.50, 0.8, 1.2, 0.20, 0.5),
             ("bapo", 4, 0, 0.44, 0.75, 10, 12, 0.10, 0.20, 0.50, 2.00, 0.40, 0.2),
-            ("bapo", 4, 1, 0.45, 0.75, 10, 12, 0.10, 0.20, 0.52, 2.05, 0.41, 0.2),
-            ("bapo", 4, 2, 0.47, 0.75, 10, 12, 0.10, 0.20, 0.54, 2.10, 0.42, 0.2),
+            ("bapo", 4, 1, 0.45, 0.75, 10, 12, 0.10, 0.20, 0.52, 2.05, 0.42, 0.2),
+            ("bapo", 4, 2, 0.47, 0.75, 10, 12, 0.10, 0.20, 0.54, 2.10, 0.41, 0.2),
             ("clip_higher", 4, 0, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.50, 0.2),
             ("clip_higher", 4, 1, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.51, 0.2),
             ("clip_higher", 4, 2, 0.5, 0.7, 10, 12, 0.1, 0.1, 0.8, 1.28, 0.52, 0.2),
@@ -114,11 +123,14 @@ def test_claim_verdicts_rest_on_paired_intervals_and_the_papers_levels():
     assert r["verdict"] == "held" and r["value"] == pytest.approx(0.21)
     assert r["basis"].startswith(f"4x: 4x − 1x +0.210 ± {half:.3f} (n=3; 3 of 3 seeds > 0)")
     assert "4x confound: gradient-norm clipping binds on 20% (4x) vs 0% (1x)" in r["note"]
-    # drift 4x - 1x by seed: -0.2, 0, 0.3 (not settled); 8x - 1x: -0.4 (held, not deciding)
+    # drift 4x - 1x by seed: -0.2, 0, 0.3 (not settled); 8x - 1x: -0.4 on every seed, no
+    # spread and so no interval (not settled either, and not deciding)
     r = row("entropy fall under ppo")
     assert r["verdict"] == "not settled" and r["value"] == pytest.approx(0.1 / 3)
-    assert r["note"].startswith("4x not settled (paired 95% interval includes 0), 8x held; "
+    assert r["note"].startswith("4x not settled (paired 95% interval includes 0), 8x not "
+                                "settled (paired differences: every seed equal: no interval); "
                                 "8x not run in the paper")
+    assert "8x: 8x − 1x -0.400 (n=3; 3 of 3 seeds < 0; every seed equal: no interval)" in r["basis"]
     r = row("c_high settles")  # 2.05 ± 0.124: inside [1.9, 2.2]
     assert r["value"] == pytest.approx(2.05) and r["verdict"] == "held"
     r = row("c_low settles")  # 0.52 ± 0.050: wholly below 0.65
@@ -130,9 +142,9 @@ def test_claim_verdicts_rest_on_paired_intervals_and_the_papers_levels():
     r = row("raises the positive contribution")
     assert r["value"] == pytest.approx(0.19 / 3) and r["verdict"] == "held"
     assert "3 of 3 seeds > 0" in r["basis"]
-    r = row("bapo beats ppo at 4x")  # 0.10 on every seed
+    r = row("bapo beats ppo at 4x")  # 0.10, 0.11, 0.09: 0.10 ± 0.0248
     assert r["value"] == pytest.approx(0.10) and r["verdict"] == "held"
-    r = row("bapo beats clip_higher at 4x")  # -0.10 on every seed: the other direction
+    r = row("bapo beats clip_higher at 4x")  # -0.10, -0.09, -0.11: the other direction
     assert r["verdict"] == "not held"
     assert "0 of 3 seeds > 0" in r["basis"]
     assert row("bapo beats ppo at 2x")["verdict"] == "no data"

@@ -15,10 +15,13 @@ FIGURES = Path(__file__).resolve().parents[2] / "figures"
 
 def test_claim_counts_by_hand():
     claims = pd.DataFrame({"suite": ["x", "x", "x", "y"],
-                           "verdict": ["held", "not settled", "held", "not held"]})
+                           "verdict": ["held", "not settled", "held", "not held"],
+                           "holm_verdict": ["held", "not settled", "not settled", "not held"]})
     t = claim_counts(claims, {"x": "S1", "y": "S2"}).set_index("label")
     assert t.loc["S1", ["held", "not held", "not settled", "no data", "total"]].tolist() == [2, 0, 1, 0, 3]
+    assert t.loc["S1", ["held (Holm)", "not settled (Holm)"]].tolist() == [1, 2]
     assert t.loc[ALL, "total"] == 4 and t.loc[ALL, "not held"] == 1
+    assert t.loc[ALL, "not held (Holm)"] == 1 and t.loc[ALL, "held (Holm)"] == 1
 
 
 def test_run_index_maps_each_dir_to_its_overrides(tmp_path, write_run):
@@ -41,10 +44,13 @@ def test_run_index_maps_each_dir_to_its_overrides(tmp_path, write_run):
 
 def test_counts_read_back_from_report_text():
     text = "\n".join(["## Paper claims", "### S1", "", "Verdicts: 5 held, 1 not held, 9 not settled.",
+                      "", "After Holm's correction over the 15 tested rows: 2 held, 13 not settled.",
                       "| claim |", "### S2", "Verdicts: 2 not held, 1 no data."])
     got = counts_in_report(text)
     assert got["S1"] == {"held": 5, "not held": 1, "not settled": 9, "no data": 0}
     assert got["S2"] == {"held": 0, "not held": 2, "not settled": 0, "no data": 1}
+    holm = counts_in_report(text, holm=True)
+    assert holm == {"S1": {"held": 2, "not held": 0, "not settled": 13, "no data": 0}}
     one_suite = "## Paper claims\n\nVerdicts: 3 held.\n"
     assert counts_in_report(one_suite) == {"S1": {"held": 3, "not held": 0, "not settled": 0,
                                                   "no data": 0}}
@@ -57,8 +63,10 @@ def test_committed_counts_match_the_committed_report():
     in_report = counts_in_report(report)
     suites = counts.drop(index=ALL)
     assert set(in_report) == set(suites.index)
+    after_holm = counts_in_report(report, holm=True)
     for label, row in suites.iterrows():
         assert in_report[label] == {v: int(row[v]) for v in VERDICTS}, label
+        assert after_holm[label] == {v: int(row[f"{v} (Holm)"]) for v in VERDICTS}, label
     claims = pd.read_csv(FIGURES / "claims.csv")
     assert counts.loc[ALL, "total"] == len(claims)  # every claim row is counted once
     assert sum(sum(c.values()) for c in in_report.values()) == len(claims)
