@@ -1,12 +1,15 @@
 """Figures of the lag sweeps (analysis/lag_report.py draws them).
 
-- lag_training: ppo's reward, entropy, clip fraction and grad norm against step, one colour
+- lag_training: ppo's reward, entropy, clip fraction and grad norm against step, one line
   per lag (the paper's Fig. 2, by lag instead of staleness);
 - lag_ratios: the share of loss tokens in each IS-ratio bin, by lag and advantage sign, with
   the clip range [0.8, 1.2] shaded;
 - lag_bapo: BAPO's search outcome per lag, its positive share before the search against
-  rho0, and the bounds it moved to;
-- lag_forest: paired differences against ppo, by seed, at each lag.
+  rho0, and its reach rate against its ceiling (analysis/search_ceiling.py);
+- lag_forest: paired differences against ppo, by seed, at each lag;
+- lag_corrections: ppo's final accuracy by lag under each ratio anchor.
+
+"Final" accuracy is the mean of a run's last three evals (analysis/final.py).
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import pandas as pd
 
 from analysis import style
 from analysis.cells import split_variant
+from analysis.final import FINAL_EVALS
 from analysis.plotting import FigureResult, Options, require, save
-from analysis.search_outcomes import outcome
-from analysis.stats import mean_ci
-from src.run_vocab import RATIO_BIN_EDGES, MethodTraits
+from analysis.search_ceiling import reach
+from analysis.stats import mean_ci, wilson
+from src.run_vocab import RATIO_BIN_EDGES
 
 TRAINING_METRICS = {
     "reward_mean": "training reward",
@@ -33,8 +37,8 @@ OUTCOME_COLOURS = {"at start": "#9e9e9e", "moved, reached": "#2e7d32",
 BIN_LABELS = ["≤0.2", *[f"{a:g}-{b:g}" for a, b in zip(RATIO_BIN_EDGES, RATIO_BIN_EDGES[1:], strict=False)],
               f">{RATIO_BIN_EDGES[-1]:g}"]
 FOREST_METRICS = {
-    "final_greedy_acc": "final greedy accuracy",
-    "final_sampled_acc": "final sampled accuracy",
+    "final_greedy_acc": f"final greedy accuracy (last {FINAL_EVALS} evals)",
+    "final_sampled_acc": f"final sampled accuracy (last {FINAL_EVALS} evals)",
     "entropy_drift": "entropy drift (last 5 - first 5 steps)",
 }
 
@@ -56,7 +60,8 @@ SMOOTH_STEPS = 5  # per-step values of one seed swing by half their range; a rol
 
 def fig_lag_training(steps: pd.DataFrame, lags: pd.DataFrame, opts: Options,
                      note: str = "") -> FigureResult:
-    """`steps`: step records of ppo runs; `lags`: lag_table rows of those runs."""
+    """`steps`: step records of ppo runs; `lags`: lag_table rows of those runs (with
+    `warmup_steps`). One line per lag; a root with one lag says so in its title."""
     d = steps.merge(lags[["run_id", "lag", "lag_low"]], on="run_id")
     d = d.sort_values(["run_id", "step"])
     for metric in TRAINING_METRICS:
@@ -65,7 +70,8 @@ def fig_lag_training(steps: pd.DataFrame, lags: pd.DataFrame, opts: Options,
     require(not d.empty, "no ppo runs with a lag")
     order = lag_order(d["lag"], d["lag_low"])
     colours = _lag_palette(order)
-    fig, axes = plt.subplots(1, len(TRAINING_METRICS), figsize=(4.2 * len(TRAINING_METRICS), 3.6))
+    warmup = lags.groupby("lag")["warmup_steps"].max() if "warmup_steps" in lags else {}
+    fig, axes = plt.subplots(1, len(TRAINING_METRICS), figsize=(4.2 * len(TRAINING_METRICS), 3.8))
     rows = []
     for ax, (metric, label) in zip(axes, TRAINING_METRICS.items(), strict=True):
         for lag in order:
@@ -73,17 +79,23 @@ def fig_lag_training(steps: pd.DataFrame, lags: pd.DataFrame, opts: Options,
             v = one.assign(v=pd.to_numeric(one[metric], errors="coerce")).groupby("step")["v"]
             mean, n = v.mean(), v.count()
             ax.plot(mean.index, mean.values, color=colours[lag],
-                    label=f"lag {lag} (n={int(one['run_id'].nunique())})")
+                    label=f"lag {lag} (n={int(one['run_id'].nunique())} seeds)")
+            k = int(warmup.get(lag, 0)) if len(warmup) else 0
+            if k and k in mean.index:  # where the delay queue starts to hold its own rollouts
+                ax.plot([k], [mean[k]], marker="|", ms=12, mew=2, color=colours[lag])
             rows += [{"metric": metric, "lag": lag, "step": s, "mean": m, "n": int(n[s])}
                      for s, m in mean.items()]
         ax.set_title(label, fontsize=10)
-        ax.set_xlabel("step")
+        ax.set_ylabel(label, fontsize=9)
+        ax.set_xlabel("step (rollouts trained on)")
         if metric == "grad_norm":  # rare spikes of 10-50 would flatten the rest
             ax.set_yscale("log")
-    axes[0].legend(fontsize=8, title="ppo, lag in updates", title_fontsize=8)
-    fig.suptitle(f"ppo by lag: rolling mean over {SMOOTH_STEPS} steps, then mean over seeds "
-                 "(n = runs)" + (f"\n{note}" if note else ""),
-                 fontsize=10)
+    axes[0].legend(fontsize=8, title="ppo, lag in optimizer updates", title_fontsize=8)
+    what = (f"ppo's training by lag ({len(order)} lags)" if len(order) > 1
+            else f"ppo's training at lag {order[0]} (the one lag this root ran ppo at)")
+    fig.suptitle(f"{what}: rolling mean over {SMOOTH_STEPS} steps of each run, then mean over "
+                 "seeds. |: the end of a delay queue's warm-up (before it, the steps train on "
+                 "the initial weights' rollouts)" + (f"\n{note}" if note else ""), fontsize=10)
     fig.tight_layout()
     return FigureResult("lag_training", save(fig, "lag_training", opts), pd.DataFrame(rows))
 
@@ -114,7 +126,8 @@ def outside_clip(shares: pd.DataFrame) -> pd.Series:
     return shares[~shares["bin"].isin(inside)].groupby(["lag", "sign"], sort=False)["share"].sum()
 
 
-def fig_lag_ratios(updates: pd.DataFrame, opts: Options, note: str = "") -> FigureResult:
+def fig_lag_ratios(updates: pd.DataFrame, opts: Options, note: str = "",
+                   name: str = "lag_ratios", what: str = "steady updates of ppo") -> FigureResult:
     d = ratio_shares(updates)
     require(not d.empty, "no ratio histograms in the update records")
     order = lag_order(d["lag"], d["lag_low"])
@@ -137,25 +150,23 @@ def fig_lag_ratios(updates: pd.DataFrame, opts: Options, note: str = "") -> Figu
                      fontsize=9)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("share of tokens (log scale)")
-    fig.suptitle("IS ratios by lag and advantage sign (steady updates of ppo)"
+    fig.suptitle(f"IS ratios by lag and advantage sign ({what})"
                  + (f"\n{note}" if note else ""), fontsize=10)
     fig.tight_layout()
-    return FigureResult("lag_ratios", save(fig, "lag_ratios", opts), d)
+    return FigureResult(name, save(fig, name, opts), d)
 
 
-def search_by_lag(updates: pd.DataFrame, traits: dict[str, MethodTraits]) -> pd.DataFrame:
+def search_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
     """Per (method, lag): the share of each search outcome, the share of updates whose
-    positive share before the search was below the method's target, and the mean bounds of
-    the updates where the search moved and reached its target (an update that cannot reach
-    it ends at the grid maximum by construction). `traits`: run_id -> the method's traits,
-    which name the search's record keys."""
+    positive share before the search was below the method's target, the mean bounds of the
+    updates where the search moved and reached its target, and the reach counts against the
+    ceiling (search_ceiling.reach). `updates`: annotated by search_ceiling.annotate."""
     rows = []
-    u = updates.assign(outcome=pd.concat([outcome(g, traits[rid]) for rid, g in
-                                          updates.groupby("run_id", observed=True)]))
-    for (method, lag), g in u.groupby(["method", "lag"], observed=True, sort=False):
+    for (method, lag), g in updates.groupby(["method", "lag"], observed=True, sort=False):
         shares = g["outcome"].value_counts(normalize=True)
         moved = g[g["outcome"] == "moved, reached"]
         rho0 = pd.to_numeric(g.get("rho0"), errors="coerce")
+        r = reach(g)
         rows.append({
             "method": method, "lag": lag, "lag_low": g["lag_low"].iloc[0], "updates": len(g),
             **{o: float(shares.get(o, 0.0)) for o in OUTCOME_COLOURS},
@@ -165,6 +176,8 @@ def search_by_lag(updates: pd.DataFrame, traits: dict[str, MethodTraits]) -> pd.
             "moved_c_low": float(pd.to_numeric(moved["c_low"], errors="coerce").mean()),
             "moved_c_high": float(pd.to_numeric(moved["c_high"], errors="coerce").mean()),
             "moved_n": len(moved),
+            "below_n": r.below, "ceiling_n": r.ceiling if r.readable else np.nan,
+            "reached_n": r.reached, "ceiling_readable": r.readable,
         })
     return pd.DataFrame(rows)
 
@@ -178,21 +191,30 @@ def _tick(method: str, lag: str) -> str:
     return f"{method}\nlag {lag.replace(' (', chr(10) + '(')}"
 
 
-def fig_lag_bapo(updates: pd.DataFrame, traits: dict[str, MethodTraits], opts: Options,
-                 note: str = "") -> FigureResult:
-    """`updates`: steady update records of the runs whose method searches its bounds, with
-    `lag`, `lag_low`, `method` and `rho0` (the method's target share) columns."""
+def fig_lag_bapo(updates: pd.DataFrame, opts: Options, note: str = "") -> FigureResult:
+    """`updates`: steady update records of the runs whose method searches its bounds,
+    annotated (search_ceiling.annotate), with `lag`, `lag_low`, `method` and `rho0` (the
+    method's target share) columns."""
     require(not updates.empty, "no bapo runs with a lag")
-    table = search_by_lag(updates, traits)
+    table = search_by_lag(updates)
     order = lag_order(table["lag"], table["lag_low"])
     methods = style.method_order(table["method"].unique())
     cells = [(m, lag) for lag in order for m in methods
              if ((table["method"] == m) & (table["lag"] == lag)).any()]
     # each panel has a column per cell: ~0.9 in a column keeps three-line labels apart
-    fig, axes = plt.subplots(1, 3, figsize=(3 * max(5.0, 0.9 * len(cells)), 4.6))
-    ax = axes[0]
-    bottom = np.zeros(len(cells))
+    fig, axes = plt.subplots(1, 3, figsize=(3 * max(5.0, 1.0 * len(cells)), 5.0))
     t = table.set_index(["method", "lag"])
+    _outcome_panel(axes[0], t, cells)
+    _rho_before_panel(axes[1], updates, cells)
+    _reach_panel(axes[2], t, cells)
+    fig.suptitle("BAPO's search by lag (steady updates; every seed's updates pooled)"
+                 + (f"\n{note}" if note else ""), fontsize=10)
+    fig.tight_layout()
+    return FigureResult("lag_bapo", save(fig, "lag_bapo", opts), table)
+
+
+def _outcome_panel(ax: plt.Axes, t: pd.DataFrame, cells: list[tuple[str, str]]) -> None:
+    bottom = np.zeros(len(cells))
     for o, colour in OUTCOME_COLOURS.items():
         vals = np.array([t.loc[c, o] for c in cells])
         ax.bar(range(len(cells)), vals, bottom=bottom, color=colour, label=o)
@@ -200,38 +222,64 @@ def fig_lag_bapo(updates: pd.DataFrame, traits: dict[str, MethodTraits], opts: O
     ax.set_xticks(range(len(cells)), [f"{_tick(m, lag)}\n({t.loc[(m, lag), 'updates']} updates)"
                                       for m, lag in cells], fontsize=7)
     ax.set_ylabel("share of updates")
-    ax.set_title("search outcome (n updates)", fontsize=9)
+    ax.set_title("how the search ended (n updates)", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
-    ax = axes[1]
-    data = [pd.to_numeric(updates.loc[(updates["method"] == m) & (updates["lag"] == lag),
-                                      "rho_before"], errors="coerce").dropna() for m, lag in cells]
-    ax.boxplot(data, showfliers=False)
+
+
+def _rho_before_panel(ax: plt.Axes, updates: pd.DataFrame, cells: list[tuple[str, str]]) -> None:
+    def of(m: str, lag: str, col: str) -> pd.Series:
+        here = updates.loc[(updates["method"] == m) & (updates["lag"] == lag), col]
+        return pd.to_numeric(here, errors="coerce").dropna()
+
+    ax.boxplot([of(m, lag, "rho_before") for m, lag in cells], showfliers=False)
     for i, (m, lag) in enumerate(cells):
-        target = pd.to_numeric(updates.loc[(updates["method"] == m) & (updates["lag"] == lag),
-                                           "rho0"], errors="coerce").dropna()
+        target = of(m, lag, "rho0")
         if len(target):
             ax.hlines(target.iloc[0], i + 0.6, i + 1.4, color="#c62828", lw=2)
-    ax.set_xticks(range(1, len(cells) + 1), [_tick(m, lag) for m, lag in cells],
-                  fontsize=7)
+    ax.set_xticks(range(1, len(cells) + 1), [_tick(m, lag) for m, lag in cells], fontsize=7)
     ax.set_ylabel("positive share of the gradient at the start bounds")
-    ax.set_title("rho before the search (red: the method's target rho0)", fontsize=9)
-    ax = axes[2]
-    for i, (m, lag) in enumerate(cells):
-        row = t.loc[(m, lag)]
-        if row["moved_n"]:
-            ax.plot([i, i], [row["moved_c_low"], row["moved_c_high"]], color="#2e7d32", lw=4)
-        ax.text(i, 0.62, f"n={int(row['moved_n'])}", ha="center", fontsize=7)
-    ax.axhline(0.8, color="#9e9e9e", ls="--", lw=1)
-    ax.axhline(1.2, color="#9e9e9e", ls="--", lw=1)
-    ax.set_ylim(0.55, None)
+    ax.set_title("rho before the search, per update (box: quartiles, orange: median,\n"
+                 "whiskers: 1.5 IQR; red: the method's target rho0)", fontsize=9)
+
+
+REACH_BARS = {"ceiling_n": ("grid can reach rho0 (ceiling)", "#9e9e9e"),
+              "reached_n": ("search reached rho0", "#2e7d32")}
+
+
+def _reach_panel(ax: plt.Axes, t: pd.DataFrame, cells: list[tuple[str, str]]) -> None:
+    """Of the updates that start below rho0: the share some bounds in the grid reach (the
+    ceiling) and the share the search reached, Wilson 95% over the pooled updates. Equal
+    bars: the search reaches rho0 wherever its grid can."""
+    width, top = 0.38, 0.0
+    for j, (col, (label, colour)) in enumerate(REACH_BARS.items()):
+        for i, cell in enumerate(cells):
+            row = t.loc[cell]
+            below, k = int(row["below_n"]), row[col]
+            if not below or k != k:  # nothing below rho0, or the ceiling is not readable
+                continue
+            share, low, high = wilson(int(k), below)
+            x = i + (j - 0.5) * width
+            ax.bar(x, share, width, color=colour, label=label)  # legend de-duplicated below
+            ax.vlines(x, low, high, color="black", lw=1)
+            top = max(top, high)
+    top = min(1.0, max(top, 0.05)) * 1.45
+    for i, cell in enumerate(cells):
+        row = t.loc[cell]
+        ceiling = int(row["ceiling_n"]) if row["ceiling_readable"] else "n/a"
+        ax.text(i, top * 0.97, f"below {int(row['below_n'])}\nceiling {ceiling}\n"
+                f"reached {int(row['reached_n'])}", ha="center", va="top", fontsize=7)
+    handles, labels = ax.get_legend_handles_labels()
+    seen = dict(zip(labels, handles, strict=True))
+    # between the counts (top) and the whiskers (at most 1/1.45 of the axis)
+    ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper center",
+              bbox_to_anchor=(0.5, 0.84), ncol=2)
+    ax.set_ylim(0, top)
     ax.set_xticks(range(len(cells)), [_tick(m, lag) for m, lag in cells], fontsize=7)
-    ax.set_ylabel("mean [c_low, c_high]")
-    ax.set_title("bounds where the search moved and reached rho0\n(dashed: [0.8, 1.2]; "
-                 "n: such updates)", fontsize=9)
-    fig.suptitle("BAPO's search by lag (steady updates)" + (f"\n{note}" if note else ""),
-                 fontsize=10)
-    fig.tight_layout()
-    return FigureResult("lag_bapo", save(fig, "lag_bapo", opts), table)
+    ax.set_ylabel("share of the updates that start below rho0")
+    ax.set_title("reach rate against its ceiling (Wilson 95%, pooled updates); equal bars:\n"
+                 "reached wherever the grid can. Counts: updates below rho0 at the start, of\n"
+                 "them reachable (n/a: not readable under the value reading) and reached",
+                 fontsize=8)
 
 
 def paired_rows(summary: pd.DataFrame, reference: str = style.BASELINE) -> pd.DataFrame:
@@ -273,6 +321,8 @@ def fig_lag_forest(summary: pd.DataFrame, opts: Options, note: str = "") -> Figu
             ax.plot([row["mean"]], [y], "D", color=colours[m], ms=6)
         ax.axvline(0, color="black", lw=0.8)
         ax.set_title(f"{title}\nmethod - ppo, same seed", fontsize=9)
+        ax.set_xlabel("difference, method − ppo" + (" (share correct)" if "accuracy" in title
+                                                    else " (nats/token)"), fontsize=8)
     axes[0].set_yticks(range(len(labels)), [f"{m} @ lag {lag}" for lag, m in labels], fontsize=8)
     axes[0].invert_yaxis()
     fig.suptitle("Paired differences against ppo (diamond: mean; line: 95% t-interval over "
@@ -311,13 +361,17 @@ def fig_lag_corrections(summary: pd.DataFrame, opts: Options, on_policy: float |
         one = t[t["anchor"] == anchor].set_index("lag").reindex(order)
         x = np.arange(len(order)) + (i - 1) * 0.08
         ax.plot(x, one["mean"], marker=marker, color=colour,
-                label=f"{anchor} (n={int(one['n'].max())})")
+                label=f"{anchor} (n={int(one['n'].max())} seeds)")
         ok = one["low"].notna()
         ax.vlines(x[ok.to_numpy()], one["low"][ok], one["high"][ok], color=colour, lw=1.5)
     if on_policy is not None:
-        ax.axhline(on_policy, color="black", ls="--", lw=1, label="on-policy ppo (1x)")
+        ax.axhline(on_policy, color="black", ls="--", lw=1, label="on-policy ppo (lag 0)")
     ax.set_xticks(range(len(order)), [f"lag {lag}" for lag in order])
-    ax.set_ylabel("final greedy accuracy (256 held-out problems)")
+    ax.set_ylabel(f"final greedy accuracy (mean of the last {FINAL_EVALS} evals)")
+    own = sorted({int(x) for x in summary.get("own_policy_steps", pd.Series(dtype=float))
+                  .dropna()})
+    ax.set_xlabel(f"lag in optimizer updates\n(each run: {'/'.join(map(str, own)) or 'its'} "
+                  "steps on its own rollouts, after a delay's K warm-up steps)", fontsize=8)
     ax.set_title("ppo's ratio anchor against the lag (mean, 95% t-interval over seeds)"
                  + (f"\n{note}" if note else ""), fontsize=9)
     ax.legend(fontsize=8)

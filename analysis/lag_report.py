@@ -4,17 +4,22 @@
     python analysis/lag_report.py --runs experiments/lag_results_large --out figures/lag_large \
         --title "Lag sweeps at 64-259 updates, replay and partial rollouts (warm-start build 4eb7f2706392ef39)"
     python analysis/lag_report.py --runs experiments/lag_results_guess --out figures/lag_guess \
-        --pilots none --title "Guess and check at 16-19 updates (warm-start build of guess_check)"
-    python analysis/lag_report.py --runs runs --out /tmp/lag --pilots none
+        --title "Guess and check at 16-19 updates (warm-start build of guess_check)"
+    python analysis/lag_report.py --runs runs --out /tmp/lag
 
 Reads the lag sweeps' runs (experiments/sweeps.yaml: lag4, lag16, lag64, corrections,
-large_lag, large_lag_peers, scenarios, start_bounds) and, for the ppo-by-lag figure, the
-one-seed lag pilots (experiments/calibration/runs/L*). Every run must come from one warm-start build (the report
-stops and names the runs otherwise; pilots of another build are left out), so runs made on
-another machine, or on another task, go to a root and a report of their own. Writes
-<out>/{lag_*.png, REPORT.md, lag_summary.csv, lag_claims.csv, lag_search.csv, lag_paired.csv}
-and, where a method also ran with other parameters (an ablation such as `start_bounds`),
-lag_variants.csv (default figures/lag/).
+large_lag, large_lag_peers, scenarios, start_bounds). Every run must come from one
+warm-start build, told apart by the weights digest in meta.json or, for runs without one,
+by the step-0 greedy accuracy (analysis/lag_runs.py; the report stops and names the runs
+otherwise), so runs made on another machine, or on another task, go to a root and a report
+of their own. One-seed pilots never sit beside the sweeps: a cell with one seed where the
+report's cells have more is left out of the sweep tables and figures and listed apart, and
+the calibration pilots (experiments/calibration/runs/L*) come in only with `--pilots`, in a
+figure of their own (lag_pilot_ratios.png). Writes <out>/{lag_*.png, REPORT.md,
+lag_summary.csv, lag_claims.csv, lag_search.csv, lag_paired.csv} and, where a method also
+ran with other parameters (an ablation such as `start_bounds`), lag_variants.csv (default
+figures/lag/). Final accuracy is the mean of a run's last three evals (analysis/final.py);
+the claims get Holm's correction over the report's tested rows (analysis/multiplicity.py).
 """
 
 from __future__ import annotations
@@ -41,23 +46,28 @@ from analysis.fig_lag import (  # noqa: E402
     outside_clip,
     ratio_shares,
 )
+from analysis.final import FINAL_EVALS  # noqa: E402
 from analysis.lag_claims import lag_claims  # noqa: E402
 from analysis.lag_runs import (  # noqa: E402
+    build_labels,
     check_one_warm_start,
     lag_summary,
     lag_table,
     steady_updates,
-    warm_start,
 )
 from analysis.lag_variants import variant_table  # noqa: E402
 from analysis.loader import RunSet, load_runs  # noqa: E402
+from analysis.multiplicity import fmt_holm, with_holm  # noqa: E402
+from analysis.pilots import LAG_CELL, apart_lines, one_seed_cells  # noqa: E402
 from analysis.plotting import Options, SkipFigure  # noqa: E402
-from analysis.report import md_table, verdict_counts  # noqa: E402
+from analysis.report import holm_counts, md_table, verdict_counts  # noqa: E402
+from analysis.search_ceiling import annotate  # noqa: E402
 from analysis.search_outcomes import searches_bounds  # noqa: E402
 from analysis.stats import fmt_ci  # noqa: E402
 
 DEFAULT_RUNS = REPO / "experiments" / "lag_results"
-DEFAULT_PILOTS = sorted((REPO / "experiments" / "calibration" / "runs").glob("L[0-9]*"))
+CALIBRATION_PILOTS = sorted((REPO / "experiments" / "calibration" / "runs").glob("L[0-9]*"))
+PILOT_FIGURE_PREFIX = "lag_pilot"  # figures of the calibration pilots, kept apart
 CELL_COLS = {
     "final_greedy_acc": "final greedy", "final_sampled_acc": "final sampled",
     "entropy_drift": "entropy drift", "steady_clip_frac": "clip frac",
@@ -69,79 +79,74 @@ CELL_COLS = {
 }
 
 
-def ppo_by_lag(runs: RunSet, pilots: RunSet | None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """Step records and lags of coupled ppo runs with a config lag; a pilot fills a
-    (lag, seed) only where the sweeps have no run."""
-    def pick(rs: RunSet) -> pd.DataFrame:
-        t = lag_table(rs)
-        return t[(t["method"] == style.BASELINE) & (t["anchor"] == "coupled")
-                 & t["source"].isin(["fresh", "delay"])]
-
-    main = pick(runs)
-    steps = [runs.steps[runs.steps["run_id"].isin(main["run_id"])]]
-    lags = [main]
-    note = ""
-    if pilots is not None and pilots.runs:
-        extra = pick(pilots)
-        extra = extra[~extra.set_index(["lag", "seed"]).index.isin(
-            main.set_index(["lag", "seed"]).index)]
-        if not extra.empty:
-            note = (f"{len(extra)} run(s) from the one-seed lag pilots (2 threads) beside "
-                    "the sweeps' (1 thread)")
-            steps.append(pilots.steps[pilots.steps["run_id"].isin(extra["run_id"])])
-            lags.append(extra)
-    return pd.concat(steps, ignore_index=True), pd.concat(lags, ignore_index=True), note
+def ppo_by_lag(runs: RunSet) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Step records and lags of the coupled ppo runs with a config lag."""
+    t = lag_table(runs)
+    lags = t[(t["method"] == style.BASELINE) & (t["anchor"] == "coupled")
+             & t["source"].isin(["fresh", "delay"])]
+    return runs.steps[runs.steps["run_id"].isin(lags["run_id"])], lags.reset_index(drop=True)
 
 
 def bapo_updates(runs: RunSet) -> pd.DataFrame:
     """Steady updates of the runs whose method searches its bounds, with `rho0` (the
-    parameter its traits name as the target)."""
+    parameter its traits name as the target) and how each search ended against its ceiling
+    (search_ceiling.annotate)."""
     # the steady updates of every run, then the searching ones: a replay or partial cell's
     # lag label pools all its runs (lag_runs._measured_lags), so it matches the cell tables
     rho0 = {r.run_id: r.method_param(r.traits.target) for r in runs.select(searches_bounds)}
     u = steady_updates(runs)
     u = u[u["run_id"].isin(rho0)] if not u.empty else u
-    return u if u.empty else u.assign(rho0=u["run_id"].map(rho0))
+    return u if u.empty else annotate(u.assign(rho0=u["run_id"].map(rho0)), runs)
 
 
 def cell_table(s: pd.DataFrame) -> pd.DataFrame:
-    """Mean over seeds per (lag, anchor, method), with the seed count."""
+    """Mean over seeds per (lag, anchor, method), with the seed count and where the final
+    evals fall (steps, and optimizer updates, which differ between lags)."""
     g = s.groupby(["lag_low", "lag", "anchor", "method"], sort=True)
-    out = g[list(CELL_COLS)].mean().round(4)
+    out = g[[c for c in CELL_COLS if c in s]].mean().round(4)
     out.insert(0, "seeds", g.size())
+    if {"final_eval_steps", "final_updates"} <= set(s.columns):
+        out.insert(1, "final evals: steps (updates)", g.apply(
+            lambda c: "; ".join(sorted({f"{a} ({b})" for a, b in zip(
+                c["final_eval_steps"], c["final_updates"], strict=True) if a == a}))))
     return out.reset_index().drop(columns="lag_low").rename(columns=CELL_COLS)
 
 
 def write(runs: RunSet, pilots: RunSet | None, opts: Options,
           title: str = "Lag sweeps: where the clip binds") -> Path:
     warm = check_one_warm_start(runs)
-    if pilots is not None:  # pilots of another build would mix warm starts in one figure
-        pilots = pilots.subset(lambda r: warm_start(r) == warm)
-        pilots = pilots if pilots.runs else None
     opts.out.mkdir(parents=True, exist_ok=True)
     style.setup()
-    s = lag_summary(runs)
-    if s.empty:
+    every = lag_summary(runs)
+    if every.empty:
         raise SystemExit(f"no usable runs under the given roots ({len(runs.skipped)} skipped)")
-    steps, lags, note = ppo_by_lag(runs, pilots)
-    ppo_updates = steady_updates(runs.subset(lambda r: r.run_id in set(lags["run_id"])))
-    if pilots is not None:
-        extra = steady_updates(pilots.subset(lambda r: r.run_id in set(lags["run_id"])))
-        ppo_updates = pd.concat([ppo_updates, extra], ignore_index=True)
-    bapo = bapo_updates(runs)
+    apart = one_seed_cells(every, LAG_CELL)  # never beside the sweeps: listed apart
+    s = every[~every["run_id"].isin(apart["run_id"])].reset_index(drop=True)
+    sweep = runs.subset(lambda r: r.run_id in set(s["run_id"]))
+    steps, lags = ppo_by_lag(sweep)
+    ppo_updates = steady_updates(sweep.subset(lambda r: r.run_id in set(lags["run_id"])))
+    bapo = bapo_updates(sweep)
     figures, skipped = [], []
-    for make in (lambda: fig_lag_training(steps, lags, opts, note),
-                 lambda: fig_lag_ratios(ppo_updates, opts, note),
-                 lambda: fig_lag_bapo(bapo, {r.run_id: r.traits for r in runs.runs}, opts),
-                 lambda: fig_lag_forest(s[s["anchor"] == "coupled"], opts),
-                 lambda: fig_lag_corrections(s, opts, _on_policy(s))):
+    makers = [lambda: fig_lag_training(steps, lags, opts),
+              lambda: fig_lag_ratios(ppo_updates, opts),
+              lambda: fig_lag_bapo(bapo, opts),
+              lambda: fig_lag_forest(s[s["anchor"] == "coupled"], opts),
+              lambda: fig_lag_corrections(s, opts, _on_policy(s))]
+    chosen = pilot_runs(pilots, warm) if pilots is not None else None
+    if chosen is not None:  # the calibration pilots: a figure of their own, never the sweeps'
+        pilot_updates = steady_updates(chosen.subset(lambda r: r.method == style.BASELINE))
+        makers.append(lambda: fig_lag_ratios(
+            pilot_updates, opts, name=f"{PILOT_FIGURE_PREFIX}_ratios",
+            what="one-seed calibration pilots of ppo, apart from the sweeps"))
+    for make in makers:
         try:
             figures.append(make())
         except SkipFigure as e:
             skipped.append(str(e))
-    claims = lag_claims(s, bapo)
+    claims = with_holm(lag_claims(s, bapo))
     variants = variant_table(s, {r.method: r.method_name for r in runs.runs})
-    s.to_csv(opts.out / "lag_summary.csv", index=False)
+    every.assign(apart_from_sweeps=every["run_id"].isin(apart["run_id"])).to_csv(
+        opts.out / "lag_summary.csv", index=False)
     claims.to_csv(opts.out / "lag_claims.csv", index=False)
     if not variants.empty:
         variants.to_csv(opts.out / "lag_variants.csv", index=False)
@@ -151,9 +156,18 @@ def write(runs: RunSet, pilots: RunSet | None, opts: Options,
             f.data.to_csv(opts.out / f"{name}.csv", index=False)
     tasks = ", ".join(f"`{t}`" for t in sorted({str(r.cfg("task.name", "arithmetic")) for r in runs.runs}))
     text = _markdown(s, claims, figures, skipped, warm, ppo_updates, title, tasks, variants)
+    text += apart_lines(apart, cell_table, md_table)
     path = opts.out / "REPORT.md"
     path.write_text(text)
     return path
+
+
+def pilot_runs(pilots: RunSet, build: str) -> RunSet | None:
+    """The pilots of the report's warm-start build (another build's accuracy is not the
+    sweeps'); None when none is."""
+    labels = build_labels(pilots)
+    chosen = pilots.subset(lambda r: labels.get(r.run_id) == build)
+    return chosen if chosen.runs else None
 
 
 def positive_share_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
@@ -172,23 +186,36 @@ def _on_policy(s: pd.DataFrame) -> float | None:
 
 def _markdown(s, claims, figures, skipped, warm, ppo_updates, title: str, tasks: str,
               variants: pd.DataFrame) -> str:
-    shown = claims[["claim", "paper", "measured", "verdict", "note"]]
+    shown = claims.assign(**{"after Holm": claims.apply(fmt_holm, axis=1)})[
+        ["claim", "paper", "measured", "verdict", "after Holm", "note"]]
     lines = [
         f"# {title}",
         "",
         "Written by `python analysis/lag_report.py` from the lag sweeps' runs "
         f"(task {tasks}; warm start `{warm}`; every run shares it). Lags are in optimizer updates; a delay "
         "queue's first steps train on the initial weights' rollouts and are left out of the "
-        "steady numbers. Comparisons are paired by seed: held only when the paired 95% "
-        "t-interval excludes 0 in the stated direction.",
+        "steady numbers. Final accuracy is the mean of each run's last "
+        f"{FINAL_EVALS} evals; cells at one lag have them at the same updates, and a "
+        "comparison across lags says in its note how it is aligned. Comparisons are paired "
+        "by seed: held only when the paired 95% t-interval excludes 0 in the stated "
+        "direction; seeds that all gave one value have no interval. `after Holm`: the verdict "
+        "that survives Holm's correction over this table's tested rows (two-sided t-test p, "
+        "Holm-adjusted p, number of tests); a settled verdict whose adjusted p is not below "
+        "0.05 becomes `not settled`. The search row is a count over pooled updates "
+        "(Wilson intervals), not a test.",
         "",
         f"## Claims ({verdict_counts(claims)})",
+        "",
+        holm_counts(claims),
         "",
         md_table(shown.fillna("—")),
         "",
         "## Cells (mean over seeds)",
         "",
-        "final = last eval on 256 held-out problems; entropy drift = mean of the last 5 steps "
+        f"final = mean of the last {FINAL_EVALS} evals on 256 held-out problems (their steps "
+        "and optimizer updates in the second column: a delay queue's warm-up steps count, so "
+        "lags differ in updates at equal steps on their own rollouts); entropy drift = mean "
+        "of the last 5 steps "
         "minus the first 5 (negative: fell); clip frac, mean abs log r, rho before search and "
         "grad-norm clipped over the steady updates; lengths in tokens of the responses with "
         "positive and negative advantage.",
@@ -225,9 +252,16 @@ def _markdown(s, claims, figures, skipped, warm, ppo_updates, title: str, tasks:
                   "AReaL's Table 3 layout: coupled is the naive ratio to the behaviour policy, "
                   "recompute the ratio to the step-start policy, decoupled AReaL's objective.",
                   "", md_table(wide.reset_index().astype(object).fillna("—")), ""]
+    sweeps = [f for f in figures if not f.name.startswith(PILOT_FIGURE_PREFIX)]
     lines += ["## Figures", ""]
-    lines += [f"![{f.name}]({f.name}.png)" for f in figures]
+    lines += [f"![{f.name}]({f.name}.png)" for f in sweeps]
     lines += [f"- skipped: {why}" for why in skipped]
+    pilots = [f for f in figures if f.name.startswith(PILOT_FIGURE_PREFIX)]
+    if pilots:
+        lines += ["", "## One-seed calibration pilots, apart from the sweeps", "",
+                  "ppo pilots of this build (`--pilots`), one seed each: what chose the lags, "
+                  "not a result beside the sweeps.", "",
+                  *[f"![{f.name}]({f.name}.png)" for f in pilots]]
     return "\n".join(lines) + "\n"
 
 
@@ -236,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", nargs="+", type=Path, default=[DEFAULT_RUNS])
     p.add_argument("--pilots", nargs="*", default=None,
-                   help="run dirs of the lag pilots (default experiments/calibration/runs/L*; "
-                        "'none': leave them out)")
+                   help="one-seed pilot run dirs, drawn in a figure of their own "
+                        "(lag_pilot_ratios.png), never in the sweeps' ('calibration': "
+                        "experiments/calibration/runs/L*; default and 'none': left out)")
     p.add_argument("--out", type=Path, default=REPO / "figures" / "lag")
     p.add_argument("--formats", nargs="+", default=["png"])
     p.add_argument("--title", default="Lag sweeps: where the clip binds",
@@ -246,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(r) for r in args.runs if not r.exists()]
     if missing:
         raise SystemExit(f"--runs: no such folder: {', '.join(missing)}")
-    pilot_dirs = DEFAULT_PILOTS if args.pilots is None else (
-        [] if args.pilots == ["none"] else [Path(x) for x in args.pilots])
+    pilot_dirs = ([] if args.pilots in (None, ["none"]) else
+                  CALIBRATION_PILOTS if args.pilots == ["calibration"] else
+                  [Path(x) for x in args.pilots])
     runs = load_runs(args.runs)
     unfinished = [r.run_id for r in runs.runs if r.status != "finished"]
     if unfinished:  # a running run's last eval is not its final one
