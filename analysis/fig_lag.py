@@ -93,11 +93,13 @@ def fig_lag_training(steps: pd.DataFrame, lags: pd.DataFrame, opts: Options,
     axes[0].legend(fontsize=8, title="ppo, lag in optimizer updates", title_fontsize=8)
     what = (f"ppo's training by lag ({len(order)} lags)" if len(order) > 1
             else f"ppo's training at lag {order[0]} (the one lag this root ran ppo at)")
-    fig.suptitle(f"{what}: rolling mean over {SMOOTH_STEPS} steps of each run, then mean over "
-                 "seeds. |: the end of a delay queue's warm-up (before it, the steps train on "
-                 "the initial weights' rollouts)" + (f"\n{note}" if note else ""), fontsize=10)
+    title = (f"{what}: rolling mean over {SMOOTH_STEPS} steps of each run, then mean over "
+             "seeds. |: the end of a delay queue's warm-up (before it, the steps train on the "
+             "initial weights' rollouts)" + (f"\n{note}" if note else ""))
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return FigureResult("lag_training", save(fig, "lag_training", opts), pd.DataFrame(rows))
+    return FigureResult("lag_training", save(fig, "lag_training", opts), pd.DataFrame(rows),
+                        {"title": pd.DataFrame({"title": [title]})})
 
 
 def ratio_shares(updates: pd.DataFrame) -> pd.DataFrame:

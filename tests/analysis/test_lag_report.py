@@ -334,10 +334,33 @@ def test_report_cli_writes_claims_tables_and_figures(tmp_path, write_run):
     for name in ("lag_training", "lag_forest", "lag_bapo"):
         assert (out / f"{name}.png").stat().st_size > 0
     search = pd.read_csv(out / "lag_search.csv").set_index("method")
-    # the synthetic bapo search: updates j = 0, 1 at start, 2 moved, 3 at the grid maximum
+    # the synthetic bapo search: updates j = 0, 1 at start, 2 moved, 3 not reached
     assert search.loc["bapo", "at start"] == pytest.approx(0.5)
     assert search.loc["bapo", "moved, reached"] == pytest.approx(0.25)
     assert search.loc["bapo", "not reached"] == pytest.approx(0.25)
+    # lag_bapo's reach panel: of the updates below rho0 (j = 2, 3), the search reached j = 2;
+    # the synthetic config names no grid steps, so the ceiling cannot be read (NaN)
+    n = search.loc["bapo", "updates"]
+    assert search.loc["bapo", ["below_n", "reached_n"]].tolist() == [n / 2, n / 4]
+    assert np.isnan(search.loc["bapo", "ceiling_n"]) and not search.loc["bapo", "ceiling_readable"]
+
+
+def test_lag_training_draws_a_line_per_lag_and_says_when_there_is_one(tmp_path, write_run):
+    from analysis.fig_lag import fig_lag_training
+    from analysis.lag_report import ppo_by_lag
+    from analysis.plotting import Options
+
+    for delay in (1, 4):
+        _delayed(write_run, tmp_path / "runs", "ppo", 0, delay)
+    runs = load_runs([tmp_path / "runs"])
+    steps, lags = ppo_by_lag(runs)
+    res = fig_lag_training(steps, lags, Options(out=tmp_path, formats=("png",), dpi=30))
+    assert set(res.data["lag"]) == {"4-7", "16-19"}  # one line per lag, every metric
+    assert res.extra["title"]["title"].iat[0].startswith("ppo's training by lag (2 lags)")
+    one = lags[lags["lag"] == "4-7"]
+    res = fig_lag_training(steps[steps["run_id"].isin(one["run_id"])], one,
+                           Options(out=tmp_path, formats=("png",), dpi=30))
+    assert res.extra["title"]["title"].iat[0].startswith("ppo's training at lag 4-7 (the one lag")
 
 
 def test_report_cli_names_a_missing_runs_folder(tmp_path):
