@@ -38,7 +38,7 @@ from src.config_fields import (
 from src.run_vocab import SHARED_METHOD_KEYS
 from src.schedule.anchors import ANCHORS, WEIGHT_RULES
 from src.schedule.sources import SOURCES
-from src.schedule.split import STALENESS_MODES, minibatch_size
+from src.schedule.split import SPLITS, STALENESS_MODES, minibatch_size
 
 OPTIMIZERS = ("adamw", "sgd")
 # model.dtype's names, each with the short alias that the HF loader (src/models/hf.py) also
@@ -168,6 +168,12 @@ class TrainConfig:
                                   "updates", one_of(STALENESS_MODES))
     epochs: int = setting(1, "minibatch/fixed_update: repeat the pass over the mini-batches",
                           at_least(1))
+    # responses: each mini-batch a seeded draw of responses across groups, so it carries the
+    # groups' sign imbalance; groups: a seeded draw of whole prompt groups, whose advantages
+    # sum to zero, so the positive share of a mini-batch is set by lengths alone.
+    minibatch_split: str = setting("responses", "responses: mini-batches draw responses across "
+                                   "groups | groups: whole prompt groups per mini-batch",
+                                   one_of(SPLITS))
     # Each update accumulates gradients over micro-batches of this size, exactly as one pass
     # over its mini-batch would.
     micro_batch_size: int | None = setting(None, "responses per forward/backward (gradient "
@@ -346,6 +352,10 @@ def _check_train(t: TrainConfig) -> None:
     if t.staleness_mode == "minibatch":
         _require(batch % t.staleness == 0, "train.staleness",
                  f"={t.staleness} must divide the rollout batch prompts_per_step*group_size={batch}")
+    if t.minibatch_split == "groups" and t.staleness_mode != "epochs":
+        _require(t.prompts_per_step % t.staleness == 0, "train.minibatch_split",
+                 f"must be responses when train.staleness={t.staleness} does not divide train.prompts_per_step="
+                 f"{t.prompts_per_step} (groups: every mini-batch holds as many whole groups)")
     if t.staleness_mode == "epochs":
         _require(t.epochs == 1, "train.epochs",
                  f"must be 1 with train.staleness_mode=epochs (train.staleness={t.staleness} "

@@ -90,6 +90,7 @@ ADDED_SECTIONS = {
                   "delay": None, "replay_capacity": None, "replay_draws": None,
                   "token_budget": None, "mask_stale_prefix": None},
     "numerics": "native",
+    "train": {"minibatch_split": "responses"},
 }
 # Keys of ADDED_SECTIONS whose default moved after runs were committed: the decoupled
 # objective clamped its behaviour weight at verl's 2.0 and now masks above AReaL's 5.0.

@@ -249,7 +249,8 @@ class Trainer:
         """The behaviour pass of a rollout trained at a later step, by the weights that just
         generated it, on the exact mini-batch tensors it will be trained on (its split is
         that of the step it is trained at, `stored.slot`)."""
-        parts = split_rows(stored.size, minibatch_count(self.cfg.train), self._step_seed(stored.slot))
+        parts = split_rows(stored.size, minibatch_count(self.cfg.train), self._step_seed(stored.slot),
+                           self._split_groups(stored.data))
         entropies, gaps = [], []
         with torch.no_grad():
             for rows in parts:
@@ -275,7 +276,8 @@ class Trainer:
         proximal = needs_proximal(cfg.offpolicy.anchor) and stale
         batches: list[MiniBatch] = []
         with torch.no_grad():
-            for rows in split_rows(training.size, parts, self._step_seed(step)):
+            for rows in split_rows(training.size, parts, self._step_seed(step),
+                                   self._split_groups(training.data)):
                 data = training.data.select(rows)
                 t = data.response_ids.shape[1]
                 pending = training.pending[rows]
@@ -304,6 +306,10 @@ class Trainer:
         if self.method.decision_scope == "rollout":
             self._rollout_decision(batches, self._step_seed(step))
         return batches
+
+    def _split_groups(self, data: Rollout) -> Tensor | None:
+        """Each row's group id when mini-batches take whole groups; None: responses."""
+        return data.group_ids if self.cfg.train.minibatch_split == "groups" else None
 
     def _behaviour_pass(self, data: Rollout, first: bool
                         ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None]:

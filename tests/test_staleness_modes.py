@@ -86,3 +86,35 @@ def test_epochs_mode_trains_k_times_on_the_whole_rollout(tmp_path, smoke_overrid
     lag = updates.groupby("update")["abs_log_ratio_mean"].mean()
     assert lag.loc[0] == 0.0 and lag.loc[3] > lag.loc[1] > 0
 
+
+
+def test_a_groups_split_draws_whole_groups_with_the_same_seed_each_time():
+    import torch
+
+    from src.schedule.split import split_rows
+
+    groups = torch.arange(8).repeat_interleave(4)  # 8 groups of 4 responses, in order
+    parts = split_rows(32, 4, seed=3, groups=groups)
+    assert len(parts) == 4 and sorted(torch.cat(parts).tolist()) == list(range(32))
+    for rows in parts:
+        held = groups[rows].unique()
+        assert held.numel() == 2  # two whole groups each
+        assert sorted(rows.tolist()) == sorted(torch.isin(groups, held).nonzero()[:, 0].tolist())
+    again = split_rows(32, 4, seed=3, groups=groups)
+    assert all(torch.equal(a, b) for a, b in zip(parts, again, strict=True))
+    # the responses split cuts groups (with this seed some mini-batch holds a partial group)
+    cut = split_rows(32, 4, seed=3)
+    assert any(groups[rows].bincount(minlength=8)[groups[rows].unique()].min() < 4 for rows in cut)
+
+
+def test_a_groups_split_needs_whole_groups_per_mini_batch():
+    import pytest
+
+    from src.config_fields import ConfigError
+    from tests.conftest import compose
+
+    assert compose(["experiment=staleness_4x", "train.minibatch_split=groups"]).train.minibatch_split == "groups"
+    with pytest.raises(ConfigError, match=r"^train.minibatch_split must be responses when train.staleness=3 "
+                                          r"does not divide train.prompts_per_step=16"):
+        compose(["train.staleness=3", "train.prompts_per_step=16", "train.group_size=6",
+                 "train.minibatch_split=groups"])

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
+SPLITS = ("responses", "groups")  # what a mini-batch draws: responses, or whole prompt groups
 
 
 def rollout_prompts(train) -> int:
@@ -43,14 +44,20 @@ def updates_per_rollout(train) -> int:
     return minibatch_count(train) * passes_per_rollout(train)
 
 
-def split_rows(size: int, parts: int, seed: int) -> list[Tensor]:
+def split_rows(size: int, parts: int, seed: int, groups: Tensor | None = None) -> list[Tensor]:
     """A seeded shuffle of `size` rows cut into `parts` mini-batches, each sorted.
 
     The same (size, parts, seed) always gives the same rows: a rollout's split can be made
     when it is generated (its behaviour pass runs on the exact mini-batch tensors) and again
-    when it is trained on, steps later.
+    when it is trained on, steps later. `groups` (each row's group id): the shuffle and the
+    cut are of whole groups (`train.minibatch_split=groups`).
     """
     gen = torch.Generator().manual_seed(seed)
+    if groups is not None:
+        ids = torch.unique(groups)
+        chosen = ids[torch.randperm(ids.numel(), generator=gen)]
+        return [torch.isin(groups, part).nonzero()[:, 0]
+                for part in torch.tensor_split(chosen, min(parts, ids.numel())) if part.numel()]
     perm = torch.randperm(size, generator=gen)
     # Equal parts when `parts` divides `size` (every source but partial rollouts, whose
     # number of ended groups varies); otherwise sizes differ by at most one.
