@@ -98,8 +98,9 @@ def ratio_bounds(tau: float) -> tuple[float, float]:
     """[e^-tau, e^tau] rounded as the authors' code rounds them: exp of a float32 tensor, then
     through their clip ranges 1 - c_low and c_high - 1 and back, so the bounds are theirs
     to the last bit."""
-    low = float(torch.exp(torch.tensor(-tau, dtype=torch.float32)))
-    high = float(torch.exp(torch.tensor(tau, dtype=torch.float32)))
+    # Scalars, on the CPU whatever the inputs' device: only their float values leave here.
+    low = float(torch.exp(torch.tensor(-tau, dtype=torch.float32, device="cpu")))
+    high = float(torch.exp(torch.tensor(tau, dtype=torch.float32, device="cpu")))
     return 1.0 - (1.0 - low), 1.0 + (high - 1.0)
 
 
