@@ -76,3 +76,28 @@ def test_bad_params_name_the_key(params, match):
 def test_unknown_param_lists_the_valid_ones():
     with pytest.raises(TypeError, match=r"unknown key\(s\) \['max_terms'\].*max_value"):
         GuessCheckTask.check_params(max_terms=3)
+
+
+def test_rambling_searches_ignore_the_answers_never_answer_and_outrun_the_budget():
+    from src.tasks.procedural import parse_answer
+
+    task = get_task("guess_check", seed=0, ramble_fraction=0.3, ramble_guesses=12)
+    problems = [task.problem(i) for i in range(400)]
+    rambles = [p for p in problems if "Answer:" not in p.solution]
+    assert 0.22 < len(rambles) / len(problems) < 0.38  # about the share asked for
+    for p in rambles:
+        steps = p.solution.rstrip(",").split(", ")
+        assert len(steps) == p.difficulty == 12
+        b, total = int(p.prompt.split("+")[1].split("=")[0]), int(p.prompt.split("=")[1])
+        assert all(int(s.split("+")[0]) != int(p.answer) for s in steps)  # never hits x
+        for s in steps:  # every line is still true arithmetic with a true low/high
+            g = int(s.split("+")[0])
+            assert s == f"{g}+{b}={g + b} " + ("low" if g + b < total else "high")
+        assert parse_answer(p.solution) is None and task.score(p, p.solution) == 0.0
+    searches = [p for p in problems if "Answer:" in p.solution]
+    assert all(task.score(p, p.solution) == 1.0 for p in searches)
+    # the option is named in the config (and the warm start's key) only when it is used
+    assert "ramble_fraction" not in get_task("guess_check", seed=0).config
+    assert task.config["ramble_fraction"] == 0.3
+    with pytest.raises(ValueError, match="ramble_fraction must be in"):
+        get_task("guess_check", ramble_fraction=1.0)

@@ -35,7 +35,8 @@ class GuessCheckTask(ProceduralTask):
     space_hint = "raise task.params.max_value or max_addend"
 
     def __init__(self, seed: int = 0, max_value: int = 20, max_addend: int = 9,
-                 max_guesses: int = 5, eval_fraction: float = 0.2) -> None:
+                 max_guesses: int = 5, eval_fraction: float = 0.2,
+                 ramble_fraction: float = 0.0, ramble_guesses: int = 12) -> None:
         """
         Args:
             seed: selects the problem streams and the reference searches.
@@ -44,6 +45,12 @@ class GuessCheckTask(ProceduralTask):
             max_guesses: the longest reference search (its solution must fit the response
                 budget: about 8 tokens a guess with the project tokenizer).
             eval_fraction: share of the prompts reserved for the held-out stream.
+            ramble_fraction: share of the worked solutions (what the warm start imitates)
+                that are searches that fail to stop: `ramble_guesses` guesses that ignore
+                the low/high answers and never hit x, with no answer, longer than the
+                response budget. A policy that imitates them runs until it is cut off, so
+                failing responses are long; RL can learn to follow the answers instead.
+            ramble_guesses: the length of such a search, in guesses (~8 tokens each).
         """
         if max_value < 2:
             raise ValueError(f"task.params.max_value must be >= 2, got {max_value}")
@@ -53,6 +60,12 @@ class GuessCheckTask(ProceduralTask):
             raise ValueError(f"task.params.max_guesses must be >= 1, got {max_guesses}")
         if not 0.0 < eval_fraction < 0.5:
             raise ValueError(f"task.params.eval_fraction must be in (0, 0.5), got {eval_fraction}")
+        if not 0.0 <= ramble_fraction < 1.0:
+            raise ValueError(f"task.params.ramble_fraction must be in [0, 1), got {ramble_fraction}")
+        if ramble_guesses < 1:
+            raise ValueError(f"task.params.ramble_guesses must be >= 1, got {ramble_guesses}")
+        self.ramble_fraction = float(ramble_fraction)
+        self.ramble_guesses = int(ramble_guesses)
         self.seed = int(seed)
         self.max_value = int(max_value)
         self.max_addend = int(max_addend)
@@ -61,9 +74,12 @@ class GuessCheckTask(ProceduralTask):
 
     @property
     def config(self) -> dict[str, Any]:
-        return {"name": self.name, "seed": self.seed, "max_value": self.max_value,
-                "max_addend": self.max_addend, "max_guesses": self.max_guesses,
-                "eval_fraction": self.eval_fraction}
+        config = {"name": self.name, "seed": self.seed, "max_value": self.max_value,
+                  "max_addend": self.max_addend, "max_guesses": self.max_guesses,
+                  "eval_fraction": self.eval_fraction}
+        if self.ramble_fraction:  # named only when used: the other builds keep their keys
+            config.update(ramble_fraction=self.ramble_fraction, ramble_guesses=self.ramble_guesses)
+        return config
 
     # --- generation ---------------------------------------------------------------------
 
@@ -94,8 +110,18 @@ class GuessCheckTask(ProceduralTask):
         x, b = values
         return f"?+{b}={x + b}\n"
 
+    def ramble(self, x: int, rng: random.Random) -> list[int]:
+        """A search that fails to stop: guesses anywhere but x, whatever the answers said."""
+        others = [v for v in range(1, self.max_value + 1) if v != x]
+        return [rng.choice(others) for _ in range(self.ramble_guesses)]
+
     def _problem(self, values: tuple[int, int], rng: random.Random, index: int) -> Problem:
         x, b = values
+        if self.ramble_fraction and rng.random() < self.ramble_fraction:
+            guesses = self.ramble(x, rng)
+            steps = self.solution(guesses, b, x + b).split(f". {ANSWER_TAG}")[0]
+            return Problem(prompt=self._prompt(values), answer=str(x), solution=steps + ",",
+                           difficulty=len(guesses), index=index)
         guesses = self.search(x, rng)
         return Problem(prompt=self._prompt(values), answer=str(x),
                        solution=self.solution(guesses, b, x + b), difficulty=len(guesses),
