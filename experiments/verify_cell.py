@@ -1,7 +1,7 @@
 """Rerun committed cells and check each against its committed run, record by record.
 
-    python experiments/verify_cell.py experiments/paper_grid/staleness_4x/bapo/seed0
-    python experiments/verify_cell.py experiments/paper_grid/staleness_4x      # every run below
+    python experiments/verify_cell.py experiments/lag_results_large/staleness_1x/ppo/train.threads=1/seed0
+    python experiments/verify_cell.py experiments/lag_results_large/delay_64/bapo   # every run below
     python experiments/verify_cell.py RUN_DIR [RUN_DIR ...] [--out DIR] [--keep]
     python experiments/verify_cell.py staleness_4x/bapo/seed1 --results experiments/results
 
