@@ -40,6 +40,19 @@ def test_compare_finds_nothing_on_a_rerun_and_names_each_change(tmp_path, write_
     (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     assert verify.compare_metrics(committed, rerun) == []
     assert verify.added_metrics(committed, rerun) == ["masked_frac"]
+    # A key the cell wrote as null and this run no longer writes is retired telemetry; a
+    # retired key that held a number is still a difference.
+    committed_lines = [json.loads(x) for x in (committed / "metrics.jsonl").read_text().splitlines()]
+    committed_lines[0]["retired"] = None
+    (committed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in committed_lines))
+    assert verify.compare_metrics(committed, rerun) == []
+    committed_lines[0]["retired"] = 1.0
+    (committed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in committed_lines))
+    assert verify.compare_metrics(committed, rerun) == [
+        f"record 1 ({committed_lines[0].get('kind')} step {committed_lines[0].get('step')}) "
+        "retired: committed 1.0, this run None"]
+    del committed_lines[0]["retired"]
+    (committed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in committed_lines))
 
     lines[3]["grad_norm"] = 0.5 if lines[3].get("grad_norm") != 0.5 else 0.25
     (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[:-1]))
