@@ -3,7 +3,8 @@
     python experiments/calibration/criteria.py     # -> experiments/calibration/criteria.md
 
 (a) on-policy ppo gains: the 95% t-interval over seeds of its held-out sampled-accuracy
-    gain (last eval minus step 0) lies above 0;
+    gain (final accuracy, the mean of the last 3 evals as the reports take it, minus step 0)
+    lies above 0;
 (b) a stale ppo cell clips >= 2% of its loss tokens (mean over its stale updates) and its
     final sampled accuracy or its entropy drift differs from on-policy ppo's beyond the seed
     intervals (the two 95% intervals do not overlap);
