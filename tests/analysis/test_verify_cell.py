@@ -18,6 +18,10 @@ from experiments import verify_cell as verify
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _write_records(run_dir: Path, records: list[dict]) -> None:
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
 def test_compare_finds_nothing_on_a_rerun_and_names_each_change(tmp_path, write_run):
     run = write_run(tmp_path / "runs", "bapo", 4, 0, steps=3, tokens_per_step=320)
     committed = tmp_path / "results" / "cell"
@@ -30,32 +34,32 @@ def test_compare_finds_nothing_on_a_rerun_and_names_each_change(tmp_path, write_
     for rec in lines:
         if rec["kind"] == "update":
             rec["time_update_s"] = 123.0
-    (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    _write_records(rerun, lines)
     assert verify.compare_metrics(committed, rerun) == []
     assert verify.compare_tokens(committed, rerun) == []
     assert verify.compare_tokens(run.path, rerun) == []  # a plain run dir as the reference
     # A key the committed records lack is newer telemetry: named, not a difference.
     for rec in lines:
         rec["masked_frac"] = 0.0
-    (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    _write_records(rerun, lines)
     assert verify.compare_metrics(committed, rerun) == []
     assert verify.added_metrics(committed, rerun) == ["masked_frac"]
     # A key the cell wrote as null and this run no longer writes is retired telemetry; a
     # retired key that held a number is still a difference.
-    committed_lines = [json.loads(x) for x in (committed / "metrics.jsonl").read_text().splitlines()]
+    original = (committed / "metrics.jsonl").read_text()
+    committed_lines = [json.loads(x) for x in original.splitlines()]
     committed_lines[0]["retired"] = None
-    (committed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in committed_lines))
+    _write_records(committed, committed_lines)
     assert verify.compare_metrics(committed, rerun) == []
     committed_lines[0]["retired"] = 1.0
-    (committed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in committed_lines))
+    _write_records(committed, committed_lines)
     assert verify.compare_metrics(committed, rerun) == [
         f"record 1 ({committed_lines[0].get('kind')} step {committed_lines[0].get('step')}) "
         "retired: committed 1.0, this run None"]
-    del committed_lines[0]["retired"]
-    (committed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in committed_lines))
+    (committed / "metrics.jsonl").write_text(original)
 
     lines[3]["grad_norm"] = 0.5 if lines[3].get("grad_norm") != 0.5 else 0.25
-    (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[:-1]))
+    _write_records(rerun, lines[:-1])
     problems = verify.compare_metrics(committed, rerun)
     assert problems[0] == (
         f"metrics.jsonl: {len(lines)} committed records, {len(lines) - 1} in this run"
@@ -94,10 +98,10 @@ def test_exit_codes_tell_a_missing_cell_from_a_difference(tmp_path, write_run):
     for rec in lines:
         if rec["kind"] == "update":
             rec["time_update_s"] = 99.0
-    (changed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    _write_records(changed, lines)
     assert _cli(*cell, "--compare-dir", str(changed)).returncode == 0
     lines[2]["loss"] = lines[2]["loss"] + 1.0
-    (changed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    _write_records(changed, lines)
     differs = _cli(*cell, "--compare-dir", str(changed))
     # one committed seed gives no interval to judge the difference by
     assert differs.returncode == 4 and "loss" in differs.stdout
@@ -133,7 +137,7 @@ def _set_evals(run_dir: Path, greedy: list[float]) -> None:
     assert len(evals) == len(greedy)
     for rec, value in zip(evals, greedy, strict=True):
         rec["greedy_accuracy"] = value
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    _write_records(run_dir, lines)
 
 
 def test_a_difference_is_judged_by_the_committed_seeds_interval(tmp_path, write_run):
@@ -201,7 +205,7 @@ def test_a_rerun_that_differs_only_in_the_samplers_log_probs_is_named_so(tmp_pat
     for rec in lines:
         if rec["kind"] == "step":
             rec["sampler_logp_gap"] = 3.2e-7 if rec.get("sampler_logp_gap") != 3.2e-7 else 3.3e-7
-    (rerun / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    _write_records(rerun, lines)
     part = rerun / "tokens" / "step_000001.parquet"
     table = pq.read_table(part)
     shifted = pc.add(table["logp_sampler"], 1e-6).cast(table.schema.field("logp_sampler").type)
