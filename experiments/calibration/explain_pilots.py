@@ -1,0 +1,66 @@
+"""The explanation pilots' table (pilots.yaml, X*): one row per pilot, from its exported run.
+
+    python experiments/calibration/explain_pilots.py      # -> explain_pilots.md (and prints it)
+
+The pilots test, on one seed, what a reviewer asks before believing a result against a peer
+paper: the optimizer (AdamW where the grid uses SGD) and AReaL's own regime (one update per
+rollout, data 4 versions old, eps 0.4). The columns are lag_pilots.py's (steady part: the
+updates of steps >= K), with two changes: the ratio-histogram columns count ratios outside
+[0.8, 1.2] whatever clip the run used (X05-X06 clip at [0.6, 1.4], so there they are not
+the clip; `clip_frac` is), and three columns are added: the share of tokens whose behaviour
+weight was over the cap (decoupled only), the largest behaviour weight, and greedy accuracy
+as the mean of the last three evals (what the lag reports compare).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+if __package__ in (None, ""):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lag_pilots import HERE, row  # noqa: E402
+
+RENAMED = {"clip binds (A != 0)": "outside [0.8,1.2] against A (A != 0)"}
+
+
+def extra(run_dir: Path, delay: int) -> dict:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    updates = [r for r in records if r["kind"] == "update" and not r.get("skipped") and r["step"] >= delay]
+    evals = [r["greedy_accuracy"] for r in records if r["kind"] == "eval"]
+    capped = [u["behav_weight_capped_frac"] for u in updates if u.get("behav_weight_capped_frac") is not None]
+    weights = [u["behav_weight_max"] for u in updates if u.get("behav_weight_max") is not None]
+    return {
+        "over the cap": f"{statistics.mean(capped):.2%}" if capped else "-",
+        "max behaviour weight": f"{max(weights):.2f}" if weights else "-",
+        "greedy, last 3 evals": f"{statistics.mean(evals[-3:]):.3f}",
+    }
+
+
+def main() -> None:
+    rows = []
+    for d in sorted((HERE / "runs").glob("X*")):
+        if not (d / "seed0" / "metrics.jsonl").exists():
+            continue
+        base = row(d.name, d / "seed0")
+        rows.append({RENAMED.get(k, k): v for k, v in base.items()} | extra(d / "seed0", int(base["K"])))
+    if not rows:
+        raise SystemExit("no exported X* pilot under experiments/calibration/runs: run "
+                         "`python experiments/calibration/run_pilots.py X01_adamw_1x ...` first")
+    header = list(rows[0])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(r[k]) for k in header) + " |" for r in rows]
+    text = "\n".join(lines)
+    (HERE / "explain_pilots.md").write_text(
+        "# Explanation pilots (ppo, seed 0, the shipped warm start, portable numerics)\n\n"
+        "Written by `explain_pilots.py` from `runs/X*/seed0` (pilots.yaml says what each asked "
+        "and expected). Steady part: the updates of steps >= K.\n\n" + text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
