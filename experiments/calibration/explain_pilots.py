@@ -23,6 +23,7 @@ if __package__ in (None, ""):
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import yaml  # noqa: E402
 from lag_pilots import HERE, row  # noqa: E402
 
 RENAMED = {"clip binds (A != 0)": "outside [0.8,1.2] against A (A != 0)"}
@@ -46,8 +47,17 @@ def main() -> None:
     for d in sorted((HERE / "runs").glob("X*")):
         if not (d / "seed0" / "metrics.jsonl").exists():
             continue
-        base = row(d.name, d / "seed0")
-        rows.append({RENAMED.get(k, k): v for k, v in base.items()} | extra(d / "seed0", int(base["K"])))
+        run_dir = d / "seed0"
+        status = json.loads((run_dir / "status.json").read_text())
+        delay = int((yaml.safe_load((run_dir / "config.yaml").read_text())["offpolicy"] or {}).get("delay") or 0)
+        # a pilot stopped before its delay queue's data arrived is read over every update
+        stopped_early = status["status"] != "finished" and status["last_step"] < delay
+        start = 0 if stopped_early else delay
+        base = row(d.name, run_dir, steady_from=start)
+        if status["status"] != "finished":
+            base["pilot"] += f" (stopped after step {status['last_step']})"
+        base["K"] = f"{delay} (read from step {start})" if stopped_early else base["K"]
+        rows.append({RENAMED.get(k, k): v for k, v in base.items()} | extra(run_dir, start))
     if not rows:
         raise SystemExit("no exported X* pilot under experiments/calibration/runs: run "
                          "`python experiments/calibration/run_pilots.py X01_adamw_1x ...` first")

@@ -24,11 +24,13 @@ HERE = Path(__file__).resolve().parent
 POS_CLIPPED_BINS, NEG_CLIPPED_BINS = (5, 6, 7), (0, 1, 2)  # r > 1.2 ; r <= 0.8 (bins of drift.py)
 
 
-def row(name: str, run_dir: Path) -> dict:
+def row(name: str, run_dir: Path, steady_from: int | None = None) -> dict:
+    """`steady_from` overrides the first step read (default K, the delay)."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     delay = (cfg.get("offpolicy") or {}).get("delay") or 0
-    updates = [r for r in records if r["kind"] == "update" and not r.get("skipped") and r["step"] >= delay]
+    start = delay if steady_from is None else steady_from
+    updates = [r for r in records if r["kind"] == "update" and not r.get("skipped") and r["step"] >= start]
     steps = [r for r in records if r["kind"] == "step" and r.get("entropy_mean") is not None]
     evals = [r for r in records if r["kind"] == "eval"]
     pos = [sum(c) for c in zip(*(u["ratio_hist_pos"] for u in updates), strict=True)]
