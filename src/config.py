@@ -37,7 +37,7 @@ from src.config_fields import (
 )
 from src.run_vocab import SHARED_METHOD_KEYS
 from src.schedule.anchors import ANCHORS, WEIGHT_RULES
-from src.schedule.sources import SOURCES
+from src.schedule.sources import DELAY_STARTS, SOURCES
 from src.schedule.split import SPLITS, STALENESS_MODES, minibatch_size
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -194,7 +194,7 @@ class TrainConfig:
 
 
 # Keys that belong to one source only; set under another they are a config error.
-SOURCE_KEYS = {"delay": ("delay",), "replay": ("replay_capacity", "replay_draws"),
+SOURCE_KEYS = {"delay": ("delay", "delay_start"), "replay": ("replay_capacity", "replay_draws"),
                "partial": ("token_budget", "mask_stale_prefix")}
 REPLAY_DEFAULTS = {"replay_capacity": 4, "replay_draws": 1}
 
@@ -223,6 +223,11 @@ class OffPolicyConfig:
                                "AReaL's action=clamp)", one_of(WEIGHT_RULES))
     delay: int | None = setting(None, "delay only: K steps between generating a rollout and "
                                 "training on it (lag in updates: K*k .. K*k+k-1)")
+    delay_start: str | None = setting(None, "delay only: where the queue's first K steps get "
+                                      "their data: initial (null; rollouts of the initial weights, "
+                                      "made before step 0, as M2PO's queue) | fresh (step t < K "
+                                      "trains on a rollout its own weights just made, on-policy; "
+                                      "the lag jumps to K steps at step K)")
     replay_capacity: int | None = setting(None, "replay only: rollouts kept (null: 4)")
     replay_draws: int | None = setting(None, "replay only: rollouts drawn per step (null: 1)")
     token_budget: int | None = setting(None, "partial only: new tokens a response may get per "
@@ -384,6 +389,8 @@ def _check_offpolicy(o: OffPolicyConfig) -> None:
                  "must be set with offpolicy.source=delay: the steps between generating a "
                  "rollout and training on it (0 = fresh)")
         _require(o.delay >= 0, "offpolicy.delay", f"must be >= 0 (steps of lag), got {o.delay}")
+        _require(o.delay_start in (None, *DELAY_STARTS), "offpolicy.delay_start",
+                 f"must be one of {list(DELAY_STARTS)} (or null: initial), got {o.delay_start!r}")
     if o.source == "replay":
         for key, default in REPLAY_DEFAULTS.items():
             if getattr(o, key) is None:

@@ -87,7 +87,7 @@ NON_NUMERIC_KEYS = (
 # mode existed pinned nothing, i.e. ran native, while today's default is portable.
 ADDED_SECTIONS = {
     "offpolicy": {"source": "fresh", "anchor": "coupled", "weight_cap": 2.0, "weight_rule": "clamp",
-                  "delay": None, "replay_capacity": None, "replay_draws": None,
+                  "delay": None, "delay_start": None, "replay_capacity": None, "replay_draws": None,
                   "token_budget": None, "mask_stale_prefix": None},
     "numerics": "native",
     "train": {"minibatch_split": "responses"},

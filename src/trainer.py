@@ -511,14 +511,13 @@ class Trainer:
         cfg, step = self.cfg, state.step
         t_step = time.perf_counter()
         time_rollout = time_behavior = 0.0
-        if step == 0:  # delay: the rollouts of the first steps, by the initial weights
-            for slot in self.source.prestart_slots():
-                t0 = time.perf_counter()
-                early = self._generate(slot, state)
-                t1 = time.perf_counter()
-                self._store_behaviour_now(early)
-                self.source.push_prestart(early)
-                time_rollout, time_behavior = time_rollout + t1 - t0, time_behavior + time.perf_counter() - t1
+        for slot in self.source.early_slots(step):  # delay: the queue's first slots
+            t0 = time.perf_counter()
+            early = self._generate(slot, state)
+            t1 = time.perf_counter()
+            self._store_behaviour_now(early)
+            self.source.push_early(early)
+            time_rollout, time_behavior = time_rollout + t1 - t0, time_behavior + time.perf_counter() - t1
         t0 = time.perf_counter()
         if isinstance(self.source, Partial):
             generated = self._generate_partial(state)

@@ -62,14 +62,54 @@ def test_delay_trains_on_the_rollout_of_k_steps_earlier_with_its_generators_logp
 
 def test_delay_queue_hands_over_in_slot_order():
     queue = Delay(3)
-    assert queue.prestart_slots() == [0, 1, 2] and queue.generated_slot(5) == 8
+    assert queue.early_slots(0) == [0, 1, 2] and queue.early_slots(1) == []
+    assert queue.generated_slot(5) == 8
     rollouts = {s: StoredRollout(s, 0, 0, None, None, None, None, 0, 0) for s in range(8)}
     for s in range(3):
-        queue.push_prestart(rollouts[s])
+        queue.push_early(rollouts[s])
     for step in range(5):
         (got,) = queue.trained(step, rollouts[step + 3], seed=0)
         assert got is rollouts[step]
     assert [r.slot for r in queue.in_flight()] == [5, 6, 7]
+
+
+def test_delay_queue_with_a_fresh_start_makes_slot_t_at_step_t_for_the_first_k_steps():
+    queue = Delay(3, start="fresh")
+    assert [queue.early_slots(t) for t in range(5)] == [[0], [1], [2], [], []]
+    rollouts = {s: StoredRollout(s, 0, 0, None, None, None, None, 0, 0) for s in range(8)}
+    for step in range(5):
+        for slot in queue.early_slots(step):
+            queue.push_early(rollouts[slot])
+        (got,) = queue.trained(step, rollouts[step + 3], seed=0)
+        assert got is rollouts[step]
+    assert sorted(r.slot for r in queue.in_flight()) == [5, 6, 7]
+
+
+def test_delay_with_a_fresh_start_trains_on_policy_for_k_steps_then_k_steps_late(tmp_path):
+    delay, steps = 2, 5
+    trainer, writer = make_trainer(["offpolicy.source=delay", f"offpolicy.delay={delay}",
+                                    "offpolicy.delay_start=fresh"], tmp_path)
+    _, starts = run_steps(trainer, steps)
+    model = tiny_model()
+    for step in range(steps):
+        generated_at = step if step < delay else step - delay  # by hand: on-policy, then K late
+        roll = _rollout_of(trainer, step)
+        model.load_state_dict(starts[generated_at])
+        with torch.no_grad():
+            expected_logp, _ = response_logprobs(model, roll)
+        rows = writer.tokens[step]
+        want = expected_logp[rows["response_id"], rows["position"]].numpy()
+        np.testing.assert_allclose(rows["logp_behavior"], want, rtol=0, atol=2e-5)
+        assert set(rows["policy_version"].tolist()) == {generated_at * K_UPDATES}
+    ages = [r["rollout_ages"] for r in writer.steps]
+    assert ages == [[0], [0], [2], [2], [2]]
+
+
+def test_delay_start_belongs_to_the_delay_source_and_names_its_values():
+    with pytest.raises(ConfigError, match="offpolicy.delay_start belongs to offpolicy.source=delay"):
+        compose(["offpolicy.delay_start=fresh"])
+    with pytest.raises(ConfigError, match="offpolicy.delay_start"):
+        compose(["offpolicy.source=delay", "offpolicy.delay=2", "offpolicy.delay_start=later"])
 
 
 # -- ratio anchors ---------------------------------------------------------------------------
