@@ -112,6 +112,10 @@ def test_exit_codes_tell_a_missing_cell_from_a_difference(tmp_path, write_run):
     assert _cli("nonsense", "--results", str(results)).returncode == 2
     no_run = _cli(*cell, "--compare-dir", str(tmp_path / "nowhere"))
     assert no_run.returncode == 2 and "not a run dir" in no_run.stderr
+    # a run still going lacks its last records: refused, not judged
+    (changed / "status.json").write_text(json.dumps({"status": "running", "last_step": 1}))
+    going = _cli(*cell, "--compare-dir", str(changed))
+    assert going.returncode == 2 and "is not finished (status.json: running)" in going.stderr
 
 
 def test_a_rerun_that_cannot_start_is_its_own_exit_code(tmp_path, write_run):
