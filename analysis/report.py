@@ -6,6 +6,7 @@ own numbers (docs/methods.md) that the measurements are compared with.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -18,6 +19,7 @@ from analysis.cells import experiment_order
 from analysis.claim_counts import claim_counts
 from analysis.final import FINAL_EVALS, alignment_note
 from analysis.grad_clip import confound_note
+from analysis.lag_runs import build_labels
 from analysis.loader import RunSet
 from analysis.multiplicity import fmt_holm, with_holm
 from analysis.paired import DOWN, UP
@@ -434,6 +436,28 @@ def _sampling_lines(runs: RunSet) -> list[str]:
     ]
 
 
+def _numerics_mode(run) -> str:
+    try:
+        meta = json.loads((run.path / "meta.json").read_text())
+    except (OSError, ValueError):
+        return "unknown (no meta.json)"
+    numerics = meta.get("numerics")
+    return numerics.get("mode", "?") if isinstance(numerics, dict) else "native (made before the mode)"
+
+
+def build_lines(runs: RunSet) -> list[str]:
+    """Which warm-start build and numerics mode the runs come from, with counts: a reader
+    compares numbers only within one build (another build starts from other weights)."""
+    labels = build_labels(runs)
+    counts: dict[tuple[str, str], int] = {}
+    for r in runs.runs:
+        key = (labels.get(r.run_id) or "unknown (no digest, no step-0 eval)", _numerics_mode(r))
+        counts[key] = counts.get(key, 0) + 1
+    parts = [f"warm start {label}, numerics {mode}: {n} runs" for (label, mode), n in sorted(counts.items())]
+    note = "" if len(counts) == 1 else " Several builds: compare runs only within one."
+    return [f"**Build:** {'; '.join(parts)}.{note}", ""]
+
+
 def write_report(
     runs: RunSet,
     summary: pd.DataFrame,
@@ -475,6 +499,7 @@ def write_report(
         "pooled. `±` is the half-width of a 95% Student-t interval over seeds; `n` is the "
         "number of seeds.",
         "",
+        *build_lines(runs),
         *_summary_lines(claims, suites),
         *_suites_lines(runs, claims, suites),
         "## Runs (one row per cell)",
