@@ -1,4 +1,5 @@
-"""The committed figures/ are what analysis/make_figures.py draws from experiments/results."""
+"""The committed figures/ are what analysis/make_figures.py draws from experiments/results,
+and figures/paper_grid/ what it draws from experiments/paper_grid."""
 
 from __future__ import annotations
 
@@ -14,24 +15,28 @@ TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "r
                 "bapo_search.csv"]
 
 
-@pytest.mark.skipif(
-    not (RESULTS.is_dir() and (FIGURES / "REPORT.md").is_file()),
-    reason="no committed results yet (experiments/results, figures/REPORT.md)",
-)
-def test_committed_report_regenerates_from_committed_results(tmp_path, monkeypatch):
+# figures/lag*/ are the lag reports' (analysis/lag_report.py, tested on their own);
+# figures/paper_grid/ is its own root's.
+OTHER_ROOTS = ("lag", "paper_grid")
+
+
+@pytest.mark.parametrize("runs, figures", [("experiments/results", FIGURES),
+                                           ("experiments/paper_grid", FIGURES / "paper_grid")])
+def test_committed_report_regenerates_from_committed_results(tmp_path, monkeypatch, runs, figures):
+    if not ((ROOT / runs).is_dir() and (figures / "REPORT.md").is_file()):
+        pytest.skip(f"no committed results yet ({runs}, {figures / 'REPORT.md'})")
     monkeypatch.chdir(ROOT)  # the report names its --runs argument as given
-    code = make_figures.main(
-        ["--runs", "experiments/results", "--out", str(tmp_path), "--formats", "png"]
-    )
+    code = make_figures.main(["--runs", runs, "--out", str(tmp_path), "--formats", "png"])
     assert code == 0
     for name in TEXT_OUTPUTS:
-        assert (tmp_path / name).read_text() == (FIGURES / name).read_text(), name
+        assert (tmp_path / name).read_text() == (figures / name).read_text(), name
     # The same figures, every suite's included: a figure now skipped (or new) shows here.
-    # (figures/lag*/ are the lag reports', analysis/lag_report.py, tested on their own.)
-    committed = {str(p.relative_to(FIGURES)) for p in FIGURES.rglob("*.png")
-                 if not p.relative_to(FIGURES).parts[0].startswith("lag")}
+    committed = {str(p.relative_to(figures)) for p in figures.rglob("*.png")
+                 if figures != FIGURES or not p.relative_to(figures).parts[0].startswith(OTHER_ROOTS)}
     assert committed and committed == {str(p.relative_to(tmp_path))
                                        for p in tmp_path.rglob("*.png")}
     # Every suite has its dir under the same name.
-    assert {p.name for p in (FIGURES / "suites").iterdir()} == \
-        {p.name for p in (tmp_path / "suites").iterdir()}
+    def suite_dirs(root: Path) -> set[str]:
+        return {p.name for p in (root / "suites").iterdir()} if (root / "suites").is_dir() else set()
+
+    assert suite_dirs(figures) == suite_dirs(tmp_path)
