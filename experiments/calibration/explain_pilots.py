@@ -24,7 +24,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml  # noqa: E402
-from lag_pilots import HERE, row  # noqa: E402
+from lag_pilots import HERE, row, write_table  # noqa: E402
 
 RENAMED = {"clip binds (A != 0)": "outside [0.8,1.2] against A (A != 0)"}
 
@@ -61,16 +61,8 @@ def main() -> None:
     if not rows:
         raise SystemExit("no exported X* pilot under experiments/calibration/runs: run "
                          "`python experiments/calibration/run_pilots.py X01_adamw_1x ...` first")
-    header = list(rows[0])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(r[k]) for k in header) + " |" for r in rows]
-    text = "\n".join(lines)
-    (HERE / "explain_pilots.md").write_text(
-        "# Explanation pilots (ppo, seed 0, the shipped warm start, portable numerics)\n\n"
-        "Written by `explain_pilots.py` from `runs/X*/seed0` (pilots.yaml says what each asked "
-        "and expected). Steady part: the updates of steps >= K.\n\n" + text + "\n")
-    print(text)
-
+    write_table(rows, "explain_pilots",
+                "Explanation pilots (ppo, seed 0, the shipped warm start, portable numerics)", "X*")
 
 if __name__ == "__main__":
     main()

@@ -57,18 +57,22 @@ def row(name: str, run_dir: Path, steady_from: int | None = None) -> dict:
     }
 
 
-def main() -> None:
-    rows = [row(d.name, d / "seed0") for d in sorted((HERE / "runs").glob("L*"))
-            if (d / "seed0" / "metrics.jsonl").exists()]
+def write_table(rows: list[dict], name: str, title: str, pattern: str) -> None:
+    """`<name>.md` beside this file: a title, where the rows come from, the table; printed too."""
     header = list(rows[0])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(r[k]) for k in header) + " |" for r in rows]
     text = "\n".join(lines)
-    (HERE / "lag_pilots.md").write_text(
-        "# Lag pilots (ppo, delay queue, 4 updates per rollout, seed 0)\n\n"
-        "Written by `lag_pilots.py` from `runs/L*/seed0` (pilots.yaml says what each asked and "
-        "expected). Steady part: the updates of steps >= K.\n\n" + text + "\n")
+    (HERE / f"{name}.md").write_text(
+        f"# {title}\n\nWritten by `{name}.py` from `runs/{pattern}/seed0` (pilots.yaml says what "
+        "each asked and expected). Steady part: the updates of steps >= K.\n\n" + text + "\n")
     print(text)
+
+
+def main() -> None:
+    rows = [row(d.name, d / "seed0") for d in sorted((HERE / "runs").glob("L*"))
+            if (d / "seed0" / "metrics.jsonl").exists()]
+    write_table(rows, "lag_pilots", "Lag pilots (ppo, delay queue, 4 updates per rollout, seed 0)", "L*")
 
 
 if __name__ == "__main__":
