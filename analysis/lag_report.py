@@ -68,6 +68,7 @@ from analysis.report import holm_counts, md_table, verdict_counts  # noqa: E402
 from analysis.search_ceiling import annotate  # noqa: E402
 from analysis.search_outcomes import searches_bounds  # noqa: E402
 from analysis.stats import fmt_ci  # noqa: E402
+from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
 
 DEFAULT_RUNS = REPO / "experiments" / "lag_results"
 CALIBRATION_PILOTS = sorted((REPO / "experiments" / "calibration" / "runs").glob("L[0-9]*"))
@@ -121,15 +122,11 @@ def write(runs: RunSet, pilots: RunSet | None, opts: Options,
     try:
         warm = check_one_warm_start(runs)
     except ValueError as e:
-        from src.run import config_exit  # exit 2, one line; it loads torch: only on bad input
-
         config_exit(f"lag report: {e}")
     opts.out.mkdir(parents=True, exist_ok=True)
     style.setup()
     every = lag_summary(runs)
     if every.empty:
-        from src.run import config_exit  # exit 2, one line; it loads torch: only on bad input
-
         config_exit(f"no usable runs under the given roots ({len(runs.skipped)} skipped); pass "
                     "--runs the folders that hold the lag sweeps' finished runs (default "
                     f"{DEFAULT_RUNS.relative_to(REPO)})")
@@ -293,8 +290,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     missing = [str(r) for r in args.runs if not r.exists()]
     if missing:
-        from src.run import config_exit  # exit 2, one line; it loads torch: only on bad input
-
         config_exit(f"--runs: no such folder: {', '.join(missing)}")
     pilot_dirs = ([] if args.pilots in (None, ["none"]) else
                   CALIBRATION_PILOTS if args.pilots == ["calibration"] else

@@ -39,6 +39,9 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # `python experiments/export_results.py` puts only experiments/ there
     sys.path.insert(0, str(REPO))
+
+from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
+
 KEEP_FILES = ("config.yaml", "status.json", "metrics.jsonl")
 SAMPLE_NAME = "sampled.parquet"
 
@@ -115,13 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--response-fraction", type=float, default=0.2)
     args = parser.parse_args(argv)
     if not 0 < args.response_fraction <= 1:
-        from src.run import config_exit  # exit 2, one line; it loads torch: only on bad input
-
         config_exit(f"--response-fraction must be in (0, 1], got {args.response_fraction}")
     runs = finished_runs(args.runs)
     if not runs:
-        from src.run import config_exit  # exit 2, one line; it loads torch: only on bad input
-
         config_exit(f"no finished run dirs under {args.runs}; run a sweep first, or pass "
                     "--runs the folder its runs are in")
     for src in runs:

@@ -53,7 +53,7 @@ REPO = HERE.parent
 if str(REPO) not in sys.path:  # `python experiments/run_sweep.py` puts only experiments/ there
     sys.path.insert(0, str(REPO))
 
-from src.run import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
+from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
 from src.run_dir import register_resolver  # noqa: E402
 
 register_resolver()  # ${run_tag:...} in the sweep subdir, in every process that unpickles a job

@@ -47,7 +47,7 @@ def compose(overrides: list[str]):
 
 
 def config_error(capsys, call) -> str:
-    """`call()` must exit as an entry script does on bad input (src/run.py's config_exit):
+    """`call()` must exit as an entry script does on bad input (src/config_fields.py's config_exit):
     code 2, and stderr's last line the one `config error: ...` line; that line's message."""
     with pytest.raises(SystemExit) as exit_:
         call()
