@@ -37,10 +37,17 @@ def test_lag_ranges_come_from_the_config(tmp_path, write_run):
     _delayed(write_run, tmp_path, "ppo", 0, 4)
     write_run(tmp_path, "ppo", 4, 0, experiment="replay",
               extra_config={"offpolicy.source": "replay"})
+    delay = {"offpolicy.source": "delay", "offpolicy.delay": 1}
+    write_run(tmp_path, "ppo", 4, 0, experiment="epochs2",
+              extra_config={**delay, "train.epochs": 2})
+    write_run(tmp_path, "ppo", 4, 0, experiment="epochs_mode",
+              extra_config={**delay, "train.staleness_mode": "epochs", "train.epochs": 3})
     t = lag_table(load_runs([tmp_path])).set_index("experiment")
     assert t.loc["delay0", "lag"] == "0-3"  # fresh at 4 updates a step
     assert t.loc["delay4", "lag"] == "16-19"  # 4 steps x 4 updates, + 0..3
     assert t.loc["delay4", "warmup_steps"] == 4
+    assert t.loc["epochs2", "lag"] == "8-15"  # 2 passes x 4 mini-batches: 8 updates a step
+    assert t.loc["epochs_mode", "lag"] == "4-7"  # k = 4 full-batch updates; train.epochs unused
     # replay mixes ages: the measured mean lag (the synthetic updates log j = 0..3)
     assert t.loc["replay", "lag"] == "~2 (replay)"
     assert t.loc["replay", "lag_low"] == pytest.approx(1.5)
