@@ -75,11 +75,12 @@ def outcomes_by_step(updates: pd.DataFrame, chosen: list[Run]) -> pd.DataFrame:
 
 
 def grid_text(runs: list[Run]) -> str:
-    """'rho0 0.4, c_low 0.6-0.9, c_high 1.2-3': the target and the grid the search walks."""
+    """'rho0 0.4, c_low 0.6-0.9, c_high 1.2-3': the target (the parameter the method's traits
+    name, as analysis/fig_rho.py reads it) and the grid the search walks."""
     r = runs[0]
-    return (f"rho0 {r.cfg('method.bapo.rho0')}, c_low {r.cfg('method.bapo.low_start'):g}-"
-            f"{r.cfg('method.bapo.low_max'):g}, c_high {r.cfg('method.bapo.high_start'):g}-"
-            f"{r.cfg('method.bapo.high_max'):g}")
+    low_start, low_max, high_start, high_max = (r.method_param(k) for k in RANGE_KEYS)
+    return (f"{r.traits.target} {r.method_param(r.traits.target)}, c_low {low_start:g}-"
+            f"{low_max:g}, c_high {high_start:g}-{high_max:g}")
 
 
 def fig08_bapo_bounds(runs: RunSet, opts: Options) -> FigureResult:

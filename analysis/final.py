@@ -12,9 +12,12 @@ steps included), so two cells compared at unequal updates can say so (`alignment
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pandas as pd
 
 from analysis.loader import RUN_COLS, Run, RunSet
+from src.updates import updates_per_rollout
 
 FINAL_EVALS = 3
 EVAL_METRICS = {"sampled_accuracy": "sampled accuracy", "greedy_accuracy": "greedy accuracy"}
@@ -22,12 +25,12 @@ WINDOW_COLS = ["final_evals", "final_eval_steps", "final_updates", "own_policy_s
 
 
 def updates_per_step(run: Run) -> int:
-    """Optimizer updates per step: k mini-batch updates per pass, `epochs` passes (the
-    full-batch `epochs` mode makes k updates)."""
-    k = int(run.cfg("train.staleness", 1))
-    if run.cfg("train.staleness_mode", "minibatch") == "epochs":
-        return k
-    return k * int(run.cfg("train.epochs", 1) or 1)
+    """Optimizer updates per step, as the trainer counts them (src/updates.py): k mini-batch
+    updates per pass, `epochs` passes (the full-batch `epochs` mode makes k updates)."""
+    return updates_per_rollout(SimpleNamespace(
+        staleness=int(run.cfg("train.staleness", 1)),
+        staleness_mode=run.cfg("train.staleness_mode", "minibatch"),
+        epochs=int(run.cfg("train.epochs", 1) or 1)))
 
 
 def warmup_steps(run: Run) -> int:

@@ -20,6 +20,10 @@ lag_summary.csv, lag_claims.csv, lag_search.csv, lag_paired.csv} and, where a me
 ran with other parameters (an ablation such as `start_bounds`), lag_variants.csv (default
 figures/lag/). Final accuracy is the mean of a run's last three evals (analysis/final.py);
 the claims get Holm's correction over the report's tested rows (analysis/multiplicity.py).
+
+Exit code 0 when the report is written; 2 with one `config error:` line, as `python -m
+src.run`, for bad input: a --runs folder that does not exist, no usable run under the
+roots, or runs of more than one warm-start build.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from analysis.report import holm_counts, md_table, verdict_counts  # noqa: E402
 from analysis.search_ceiling import annotate  # noqa: E402
 from analysis.search_outcomes import searches_bounds  # noqa: E402
 from analysis.stats import fmt_ci  # noqa: E402
+from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
 
 DEFAULT_RUNS = REPO / "experiments" / "lag_results"
 CALIBRATION_PILOTS = sorted((REPO / "experiments" / "calibration" / "runs").glob("L[0-9]*"))
@@ -114,12 +119,17 @@ def cell_table(s: pd.DataFrame) -> pd.DataFrame:
 
 def write(runs: RunSet, pilots: RunSet | None, opts: Options,
           title: str = "Lag sweeps: where the clip binds") -> Path:
-    warm = check_one_warm_start(runs)
+    try:
+        warm = check_one_warm_start(runs)
+    except ValueError as e:
+        config_exit(f"lag report: {e}")
     opts.out.mkdir(parents=True, exist_ok=True)
     style.setup()
     every = lag_summary(runs)
     if every.empty:
-        raise SystemExit(f"no usable runs under the given roots ({len(runs.skipped)} skipped)")
+        config_exit(f"no usable runs under the given roots ({len(runs.skipped)} skipped); pass "
+                    "--runs the folders that hold the lag sweeps' finished runs (default "
+                    f"{DEFAULT_RUNS.relative_to(REPO)})")
     apart = one_seed_cells(every, LAG_CELL)  # never beside the sweeps: listed apart
     s = every[~every["run_id"].isin(apart["run_id"])].reset_index(drop=True)
     sweep = runs.subset(lambda r: r.run_id in set(s["run_id"]))
@@ -280,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     missing = [str(r) for r in args.runs if not r.exists()]
     if missing:
-        raise SystemExit(f"--runs: no such folder: {', '.join(missing)}")
+        config_exit(f"--runs: no such folder: {', '.join(missing)}")
     pilot_dirs = ([] if args.pilots in (None, ["none"]) else
                   CALIBRATION_PILOTS if args.pilots == ["calibration"] else
                   [Path(x) for x in args.pilots])

@@ -1,8 +1,8 @@
 """The lag sweeps' runs: each run's lag in optimizer updates, and one row of numbers per run.
 
-A run's lag comes from its config (docs/offpolicy.md): with k updates per rollout, the
-paper's fresh source trains on data 0..k-1 updates old, a delay queue of K steps on data
-K*k..K*k+k-1 updates old. Replay and partial rollouts mix ages, so they carry the lag they
+A run's lag comes from its config (docs/offpolicy.md, src/updates.py `lag_range`): with k
+updates per rollout, the paper's fresh source trains on data 0..k-1 updates old, a delay
+queue of K steps on data K*k..K*k+k-1 updates old. Replay and partial rollouts mix ages, so they carry the lag they
 measured (update records' `policy_lag`) instead of a range from the config.
 
 Comparisons only mean something between runs of one warm start: the runs of a lag report
@@ -21,6 +21,7 @@ import pandas as pd
 from analysis.final import updates_per_step, warmup_steps
 from analysis.loader import Run, RunSet
 from analysis.summary import run_summary
+from src.updates import lag_range
 
 # Sources whose lag is a range fixed by the config.
 RANGE_SOURCES = ("fresh", "delay")
@@ -51,14 +52,11 @@ def anchor(run: Run) -> str:
 
 def lag_of(run: Run) -> Lag | None:
     """The config's lag range; None for sources that mix ages (replay, partial)."""
-    u = updates_per_step(run)
     src = source(run)
-    if src == "fresh":
-        return Lag(0, u - 1)
-    if src == "delay":
-        k = warmup_steps(run)
-        return Lag(k * u, k * u + u - 1, warmup_steps=k)
-    return None
+    if src not in RANGE_SOURCES:
+        return None
+    delay = warmup_steps(run)  # the delay queue's K steps; 0 for the fresh source
+    return Lag(*lag_range(delay, updates_per_step(run)), warmup_steps=delay)
 
 
 def warm_start(run: Run) -> tuple[str, str | None]:

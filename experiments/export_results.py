@@ -17,6 +17,10 @@ curve (from metrics.jsonl) is exact.
 
 Why whole responses rather than single rows: a response keeps its positions together, so
 per-response views (length, positions, reward) stay meaningful in the sample.
+
+Exit code 0 when the runs are exported; 2 with one `config error:` line, as `python -m
+src.run`, for bad input: a --response-fraction outside (0, 1], or no finished run dir under
+--runs.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # `python experiments/export_results.py` puts only experiments/ there
+    sys.path.insert(0, str(REPO))
+
+from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
+
 KEEP_FILES = ("config.yaml", "status.json", "metrics.jsonl")
 SAMPLE_NAME = "sampled.parquet"
 
@@ -100,19 +109,20 @@ def export_run(src: Path, dst: Path, fraction: float, run_key: str) -> tuple[int
     return total, kept
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=Path, default=REPO / "runs")
     parser.add_argument("--out", type=Path, default=REPO / "experiments" / "results")
     parser.add_argument("--response-fraction", type=float, default=0.2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not 0 < args.response_fraction <= 1:
-        raise SystemExit(f"--response-fraction must be in (0, 1], got {args.response_fraction}")
+        config_exit(f"--response-fraction must be in (0, 1], got {args.response_fraction}")
     runs = finished_runs(args.runs)
     if not runs:
-        raise SystemExit(f"no finished run dirs under {args.runs}; run a sweep first")
+        config_exit(f"no finished run dirs under {args.runs}; run a sweep first, or pass "
+                    "--runs the folder its runs are in")
     for src in runs:
         rel = src.relative_to(args.runs)
         total, kept = export_run(src, args.out / rel, args.response_fraction, rel.as_posix())

@@ -25,8 +25,9 @@ about 1.2x the throughput of one 2-thread process (benchmarks/README.md).
 A failed run does not stop the others: each job returns its status instead of raising, the
 sweep prints which run of how many ended how (finished, skipped, failed) with an estimate
 of the time left, and its closing summary names every failed run. Exit code 0 when every
-run finished (or was already finished), 1 when some failed or did not run, 2 for a config
-error found before anything started.
+run finished (or was already finished), 1 when some failed or did not run, 2 with one
+`config error:` line, as `python -m src.run`, for bad input found before anything started:
+an unknown sweep, a malformed sweeps.yaml entry, a bad --launcher/--workers, a job's config.
 """
 
 from __future__ import annotations
@@ -52,11 +53,11 @@ REPO = HERE.parent
 if str(REPO) not in sys.path:  # `python experiments/run_sweep.py` puts only experiments/ there
     sys.path.insert(0, str(REPO))
 
+from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
 from src.run_dir import register_resolver  # noqa: E402
 
 register_resolver()  # ${run_tag:...} in the sweep subdir, in every process that unpickles a job
 
-EXIT_CONFIG = 2  # as src/run.py: a config error, found before any run starts
 EXIT_FAILED = 1  # some run failed or did not run
 # The launcher names of --launcher -> the option of conf/hydra/launcher/ they select.
 LAUNCHERS = {"basic": "basic", "joblib": "local_joblib", "submitit_local": "local_submitit",
@@ -75,15 +76,15 @@ def sweep_grids(name: str, sweeps: dict[str, Any] | None = None) -> list[dict[st
     """The grids of sweep `name`, in the order they run: its `grid`, or each of its `parts`."""
     sweeps = load_sweeps() if sweeps is None else sweeps
     if name not in sweeps:
-        raise SystemExit(f"unknown sweep {name!r}; choose one of {sorted(sweeps)} or all")
+        config_exit(f"unknown sweep {name!r}; choose one of {sorted(sweeps)} or all")
     entry = sweeps[name]
     if ("grid" in entry) == ("parts" in entry):
-        raise SystemExit(f"sweeps.yaml: sweep {name!r} needs exactly one of `grid` (one "
-                         "multirun) or `parts` (a list of grids, run in order)")
+        config_exit(f"sweeps.yaml: sweep {name!r} needs exactly one of `grid` (one "
+                    "multirun) or `parts` (a list of grids, run in order)")
     grids = [entry["grid"]] if "grid" in entry else entry["parts"]
     if not isinstance(grids, list) or not grids or not all(isinstance(g, dict) and g for g in grids):
-        raise SystemExit(f"sweeps.yaml: sweep {name!r}: `parts` must be a non-empty list of "
-                         "grids, each a mapping of override key -> list of values")
+        config_exit(f"sweeps.yaml: sweep {name!r}: `parts` must be a non-empty list of "
+                    "grids, each a mapping of override key -> list of values")
     return grids
 
 
@@ -120,8 +121,7 @@ def check_all(commands: list[list[str]]) -> None:
             for cmd in commands:
                 check_run(cmd[4:], multirun=True)
         except ConfigError as e:
-            print(f"config error: {e}", file=sys.stderr)
-            raise SystemExit(EXIT_CONFIG) from None
+            config_exit(str(e))
 
 
 # -- launchers ---------------------------------------------------------------------------
@@ -144,7 +144,7 @@ def choose_launcher(launcher: str | None, workers: int | None, threads: int | No
     """
     passed = [a for a in extra if a.split("=")[0] == "hydra/launcher"]
     if launcher and passed:
-        raise SystemExit(f"choose the launcher in one place: --launcher {launcher} or {passed[0]}")
+        config_exit(f"choose the launcher in one place: --launcher {launcher} or {passed[0]}")
     added: list[str] = []
     if launcher:
         added.append(f"hydra/launcher={LAUNCHERS[launcher]}")
@@ -157,12 +157,12 @@ def choose_launcher(launcher: str | None, workers: int | None, threads: int | No
                      if t in target), "other")
     if workers is not None:
         if workers < 1:
-            raise SystemExit("--workers must be >= 1")
+            config_exit(f"--workers must be >= 1 (runs at a time), got {workers}")
         key = {"joblib": "hydra.launcher.n_jobs", "submitit_local": "hydra.sweeper.max_batch_size",
                "submitit_slurm": "hydra.launcher.array_parallelism"}.get(kind)
         if key is None:
-            raise SystemExit(f"--workers needs a parallel launcher (joblib, submitit_local, "
-                             f"submitit_slurm); the {kind} launcher runs one run at a time")
+            config_exit(f"--workers needs a parallel launcher (joblib, submitit_local, "
+                        f"submitit_slurm); the {kind} launcher runs one run at a time")
         added.append(f"{key}={workers}")
     if threads is not None:
         added.append(f"train.threads={threads}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import field
 from typing import Any
@@ -20,6 +21,16 @@ Check = Callable[[Any], str | None]
 
 class ConfigError(ValueError):
     """A bad config value; the message names its key and how to fix it."""
+
+
+EXIT_CONFIG = 2  # the exit code of every entry script on bad input
+
+
+def config_exit(message: str) -> None:
+    """Exit 2 with one `config error: ...` line: `python -m src.run` on a bad config, and the
+    other entry scripts (experiments/, analysis/) on bad input. No torch, no Hydra."""
+    print(f"config error: {message}", file=sys.stderr)
+    sys.exit(EXIT_CONFIG)
 
 
 def setting(default: Any, help: str, check: Check | None = None) -> Any:  # noqa: A002 - field metadata key

@@ -22,11 +22,11 @@ from omegaconf import DictConfig
 
 from src._wait_policy import CHOICE as WAIT_CHOICE
 from src.config import Config, ConfigError, to_container, validate
+from src.config_fields import config_exit
 from src.run_dir import register_resolver
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 register_resolver()  # ${run_tag:...} in conf/config.yaml's run dir
-EXIT_CONFIG = 2
 EXIT_NUMERIC = 3
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 _HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--resolve",
@@ -35,11 +35,6 @@ _HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-
                      "--experimental-rerun")
 _VERSIONED = ("torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy",
               "pandas", "pyarrow", "wandb", "vllm", "trl")
-
-
-def config_exit(message: str) -> None:
-    print(f"config error: {message}", file=sys.stderr)
-    sys.exit(EXIT_CONFIG)
 
 
 def preflight(args: list[str]) -> None:

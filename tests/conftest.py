@@ -46,6 +46,17 @@ def compose(overrides: list[str]):
         return validate(hydra_compose(config_name="config", overrides=overrides))
 
 
+def config_error(capsys, call) -> str:
+    """`call()` must exit as an entry script does on bad input (src/config_fields.py's config_exit):
+    code 2, and stderr's last line the one `config error: ...` line; that line's message."""
+    with pytest.raises(SystemExit) as exit_:
+        call()
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and [x for x in lines if x.startswith("config error: ")] == lines[-1:]
+    return lines[-1].removeprefix("config error: ")
+
+
 # Property tests: CI runs a fixed, derandomized set of examples, so a submission cannot
 # fail on a draw nobody saw locally; a local run explores new examples each time
 # (`HYPOTHESIS_PROFILE=ci` reproduces CI's).

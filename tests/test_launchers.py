@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from experiments import run_sweep
-from tests.conftest import REPO
+from tests.conftest import REPO, config_error
 
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
@@ -170,7 +170,7 @@ def test_every_job_is_checked_before_any_starts_with_a_launcher(tmp_path, overri
     assert not any(tmp_path.iterdir())  # nothing was made
 
 
-def test_the_launcher_is_chosen_in_one_place():
+def test_the_launcher_is_chosen_in_one_place(capsys):
     joblib = run_sweep.choose_launcher("joblib", 3, 1, [])
     assert joblib.overrides == ["hydra/launcher=local_joblib", "hydra.launcher.n_jobs=3",
                                 "train.threads=1", "logger.progress=false"]
@@ -182,10 +182,10 @@ def test_the_launcher_is_chosen_in_one_place():
     passed = run_sweep.choose_launcher(None, 2, None, ["hydra/launcher=joblib"])
     assert passed.kind == "joblib" and passed.overrides[0] == "hydra.launcher.n_jobs=2"
     assert run_sweep.choose_launcher(None, None, None, []).kind == "basic"
-    with pytest.raises(SystemExit, match="one place"):
-        run_sweep.choose_launcher("joblib", None, None, ["hydra/launcher=joblib"])
-    with pytest.raises(SystemExit, match="parallel launcher"):
-        run_sweep.choose_launcher(None, 2, None, [])
+    assert config_error(capsys, lambda: run_sweep.choose_launcher(
+        "joblib", None, None, ["hydra/launcher=joblib"])).startswith("choose the launcher in one place")
+    assert "needs a parallel launcher" in config_error(
+        capsys, lambda: run_sweep.choose_launcher(None, 2, None, []))
 
 
 def test_slurm_yaml_composes_with_the_run_threads():

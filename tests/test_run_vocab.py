@@ -35,6 +35,12 @@ def test_analysis_reads_the_vocabulary_without_torch():
     assert _loaded_after(imports, ("torch",)) == []
 
 
+def test_analysis_counts_a_runs_updates_with_the_trainers_functions_without_torch():
+    # analysis/final.py and lag_runs.py call src/updates.py, as src/schedule does
+    assert _loaded_after("import src.updates, analysis.final, analysis.lag_runs",
+                         ("torch", "hydra", "omegaconf")) == []
+
+
 def test_no_module_keeps_its_own_copy_of_the_vocabulary():
     defines = re.compile(rf"^({'|'.join(DEFINED_ONCE)})\s*=", re.M)
     hits = [str(p.relative_to(REPO)) for where in ("src", "analysis")

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from experiments import run_sweep
 from src.config import validate
+from tests.conftest import config_error
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = yaml.safe_load((ROOT / "experiments" / "sweeps.yaml").read_text())
@@ -112,7 +113,7 @@ def test_every_cell_composes_and_validates(name, part, grid):
                     assert got == value, key
 
 
-def test_sweep_commands_are_one_multirun_per_part():
+def test_sweep_commands_are_one_multirun_per_part(capsys):
     (cmd,) = run_sweep.sweep_commands("fig7", ["train.steps=2"])
     assert cmd[:4] == [sys.executable, "-m", "src.run", "-m"]
     assert cmd[4:] == [
@@ -130,8 +131,8 @@ def test_sweep_commands_are_one_multirun_per_part():
     assert control_long[4:] == ["seed=0,1,2,3,4", *control[5:], "train.steps=100"]
     assert stale_long[4:] == ["seed=0,1,2,3,4", methods, "experiment=staleness_4x",
                               "train.staleness_mode=minibatch", *shared, "train.steps=100"]
-    with pytest.raises(SystemExit, match="unknown sweep 'nope'"):
-        run_sweep.sweep_commands("nope", [])
+    assert config_error(capsys, lambda: run_sweep.sweep_commands("nope", [])).startswith(
+        "unknown sweep 'nope'; choose one of ['")
 
 
 @pytest.mark.parametrize("entry", [
@@ -140,9 +141,20 @@ def test_sweep_commands_are_one_multirun_per_part():
     {"parts": []},
     {"parts": [{"seed": [0]}, "method=ppo"]},
 ])
-def test_a_malformed_sweep_entry_is_named(entry):
-    with pytest.raises(SystemExit, match="sweep 'bad'"):
-        run_sweep.sweep_grids("bad", {"bad": entry})
+def test_a_malformed_sweep_entry_is_named(entry, capsys):
+    line = config_error(capsys, lambda: run_sweep.sweep_grids("bad", {"bad": entry}))
+    assert line.startswith("sweeps.yaml: sweep 'bad'")
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["nope"], "unknown sweep 'nope'; choose one of ['"),
+    (["main", "--workers", "0"], "--workers must be >= 1 (runs at a time), got 0"),
+    (["main", "--workers", "2"], "--workers needs a parallel launcher (joblib, submitit_local, "
+                                 "submitit_slurm); the basic launcher runs one run at a time"),
+])
+def test_bad_input_exits_2_with_one_line_as_src_run_does(argv, line, capsys):
+    # before anything is composed, checked or launched
+    assert config_error(capsys, lambda: run_sweep.main(argv)).startswith(line)
 
 
 def test_every_part_is_checked_before_the_first_runs(capsys):

@@ -16,16 +16,9 @@ from src.schedule.anchors import (
 )
 from src.schedule.partial import InFlight, Partial, responses_rollout, stale_prefix
 from src.schedule.sources import SOURCES, Delay, Fresh, Replay, Source, build_source
-from src.schedule.split import (
-    STALENESS_MODES,
-    minibatch_count,
-    minibatch_size,
-    passes_per_rollout,
-    rollout_prompts,
-    split_rows,
-    updates_per_rollout,
-)
+from src.schedule.split import STALENESS_MODES, minibatch_size, rollout_prompts, split_rows
 from src.schedule.stored import StoredRollout, TrainingSet, concat_rollouts
+from src.updates import minibatch_count, passes_per_rollout, updates_per_rollout
 
 __all__ = [
     "ANCHORS", "SOURCES", "WEIGHT_RULES", "capped_share", "InFlight", "Partial", "responses_rollout", "stale_prefix", "STALENESS_MODES", "Delay", "Fresh", "Replay", "Source",

@@ -7,13 +7,16 @@
 
 `train.epochs = e` repeats the pass over the mini-batches (minibatch and fixed_update).
 Plain functions of the train config, free of torch-side state: config validation, the
-optimizer's warmup and the trainer all read them.
+optimizer's warmup and the trainer all read them. The counts (mini-batches, passes, updates
+per rollout) are in src/updates.py, which analysis/ imports without torch.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from src.updates import minibatch_count
 
 STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
 SPLITS = ("responses", "groups")  # what a mini-batch draws: responses, or whole prompt groups
@@ -25,23 +28,9 @@ def rollout_prompts(train) -> int:
     return train.prompts_per_step * k
 
 
-def minibatch_count(train) -> int:
-    """Mini-batches one pass over a rollout is split into."""
-    return 1 if train.staleness_mode == "epochs" else train.staleness
-
-
 def minibatch_size(train) -> int:
     """Responses per optimizer update."""
     return rollout_prompts(train) * train.group_size // minibatch_count(train)
-
-
-def passes_per_rollout(train) -> int:
-    """Passes over a rollout's mini-batches: staleness in epochs mode, else train.epochs."""
-    return train.staleness if train.staleness_mode == "epochs" else train.epochs
-
-
-def updates_per_rollout(train) -> int:
-    return minibatch_count(train) * passes_per_rollout(train)
 
 
 def split_rows(size: int, parts: int, seed: int, groups: Tensor | None = None) -> list[Tensor]:

@@ -93,20 +93,3 @@ def test_bad_parameters_name_themselves(params, match):
     with pytest.raises(ValueError, match=match):
         build_method("kl_cov", params)
 
-
-def test_equals_verls_kl_cov():
-    from tests.integrations.verl_reference import verl_policy_loss
-
-    g = torch.Generator().manual_seed(7)
-    b, t = 6, 8
-    old = -2 * torch.rand(b, t, generator=g)
-    logp = (old + 0.5 * torch.randn(b, t, generator=g)).requires_grad_()
-    mask = (torch.rand(b, t, generator=g) < 0.8).float()
-    mask[:, 0] = 1.0
-    adv = torch.randn(b, 1, generator=g).expand(b, t).contiguous()
-    ref = verl_policy_loss("kl_cov", old, logp, adv, mask, kl_cov_ratio=0.1, ppo_kl_coef=1.0)
-    (ref_grad,) = torch.autograd.grad(ref, logp)
-    out = policy_loss("kl_cov", logp, old, adv, mask.bool(), ratio=0.1, coef=1.0)
-    (grad,) = torch.autograd.grad(out.loss, logp)
-    torch.testing.assert_close(out.loss, ref, rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-7)

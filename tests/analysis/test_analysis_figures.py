@@ -12,6 +12,7 @@ import pytest
 
 from analysis import fig_bounds, fig_final, fig_quadrants, fig_tokens, fig_training, style
 from analysis.final import final_window
+from analysis.loader import load_runs
 from analysis.plotting import SkipFigure
 
 
@@ -162,6 +163,14 @@ def test_fig08_bapo_bounds(sweep, runset, opts):
     assert set(n.loc[4]) == {6} and set(n.loc[2]) == {2}
     with pytest.raises(SkipFigure, match="no bapo runs"):
         fig_bounds.fig08_bapo_bounds(runset.subset(lambda r: r.method == "ppo"), opts)
+
+
+def test_fig08_panel_titles_name_the_target_and_grid_of_the_runs_config(tmp_path, write_run):
+    # the target through the method's traits (bapo's is rho0), as fig_rho reads it
+    write_run(tmp_path, "bapo", 4, 0, extra_config={"method.bapo.rho0": 0.3,
+                                                    "method.bapo.low_start": 0.7})
+    (run,) = load_runs([tmp_path]).runs
+    assert fig_bounds.grid_text([run]) == "rho0 0.3, c_low 0.7-0.9, c_high 1.2-3"
 
 
 def test_fig09_bapo_vs_ppo(sweep, runset, opts):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -11,6 +13,7 @@ from analysis.loader import load_runs
 from analysis.report import write_report
 from analysis.summary import run_summary
 from experiments import export_results as export
+from tests.conftest import REPO, config_error
 
 
 def test_export_keeps_metrics_whole_and_whole_responses(tmp_path, write_run):
@@ -69,3 +72,21 @@ def test_loader_and_report_read_an_export(tmp_path, write_run):
     path, _, _ = write_report(runs, run_summary(runs), tmp_path / "fig", ["results"], [], 2)
     assert "Token rows of 1 of 1 runs are a seeded sample of whole responses" in path.read_text()
     assert "share kept: 0.5" in path.read_text()
+
+
+def test_no_finished_run_exits_2_with_one_line(tmp_path, write_run, capsys):
+    write_run(tmp_path / "runs", "ppo", 4, 0, status="running")  # not finished
+    line = config_error(capsys, lambda: export.main(["--runs", str(tmp_path / "runs"),
+                                                     "--out", str(tmp_path / "out")]))
+    assert line == (f"no finished run dirs under {tmp_path / 'runs'}; run a sweep first, or "
+                    "pass --runs the folder its runs are in")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_script_exits_2_on_bad_input(tmp_path):
+    # as run from the shell: its own sys.path, the exit code the shell sees
+    proc = subprocess.run([sys.executable, "experiments/export_results.py", "--runs",
+                           str(tmp_path), "--response-fraction", "0"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "config error: --response-fraction must be in (0, 1], got 0.0\n"

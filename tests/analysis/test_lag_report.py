@@ -14,6 +14,7 @@ from analysis.lag_claims import lag_claims
 from analysis.lag_report import main as lag_report_main
 from analysis.lag_runs import check_one_warm_start, lag_table, steady_updates
 from analysis.loader import load_runs
+from tests.conftest import config_error
 
 T975_2 = 4.302652729911275  # Student t, 97.5%, 2 degrees of freedom (3 seeds)
 
@@ -36,10 +37,17 @@ def test_lag_ranges_come_from_the_config(tmp_path, write_run):
     _delayed(write_run, tmp_path, "ppo", 0, 4)
     write_run(tmp_path, "ppo", 4, 0, experiment="replay",
               extra_config={"offpolicy.source": "replay"})
+    delay = {"offpolicy.source": "delay", "offpolicy.delay": 1}
+    write_run(tmp_path, "ppo", 4, 0, experiment="epochs2",
+              extra_config={**delay, "train.epochs": 2})
+    write_run(tmp_path, "ppo", 4, 0, experiment="epochs_mode",
+              extra_config={**delay, "train.staleness_mode": "epochs", "train.epochs": 3})
     t = lag_table(load_runs([tmp_path])).set_index("experiment")
     assert t.loc["delay0", "lag"] == "0-3"  # fresh at 4 updates a step
     assert t.loc["delay4", "lag"] == "16-19"  # 4 steps x 4 updates, + 0..3
     assert t.loc["delay4", "warmup_steps"] == 4
+    assert t.loc["epochs2", "lag"] == "8-15"  # 2 passes x 4 mini-batches: 8 updates a step
+    assert t.loc["epochs_mode", "lag"] == "4-7"  # k = 4 full-batch updates; train.epochs unused
     # replay mixes ages: the measured mean lag (the synthetic updates log j = 0..3)
     assert t.loc["replay", "lag"] == "~2 (replay)"
     assert t.loc["replay", "lag_low"] == pytest.approx(1.5)
@@ -363,10 +371,28 @@ def test_lag_training_draws_a_line_per_lag_and_says_when_there_is_one(tmp_path, 
     assert res.extra["title"]["title"].iat[0].startswith("ppo's training at lag 4-7 (the one lag")
 
 
-def test_report_cli_names_a_missing_runs_folder(tmp_path):
-    with pytest.raises(SystemExit, match="no such folder"):
-        lag_report_main(["--runs", str(tmp_path / "nope"), "--pilots", "none",
-                         "--out", str(tmp_path / "out")])
+def test_report_cli_names_a_missing_runs_folder(tmp_path, capsys):
+    line = config_error(capsys, lambda: lag_report_main(
+        ["--runs", str(tmp_path / "nope"), "--pilots", "none", "--out", str(tmp_path / "out")]))
+    assert line == f"--runs: no such folder: {tmp_path / 'nope'}"
+
+
+def test_report_cli_exits_2_naming_a_root_without_usable_runs(tmp_path, write_run, capsys):
+    write_run(tmp_path / "runs", "ppo", 4, 0, status="running")  # unfinished: left out
+    line = config_error(capsys, lambda: lag_report_main(
+        ["--runs", str(tmp_path / "runs"), "--pilots", "none", "--out", str(tmp_path / "out")]))
+    assert line.startswith("no usable runs under the given roots (")
+    assert line.endswith("pass --runs the folders that hold the lag sweeps' finished runs "
+                         "(default experiments/lag_results)")
+    assert not (tmp_path / "out" / "REPORT.md").exists()
+
+
+def test_report_cli_exits_2_on_runs_of_two_warm_starts(tmp_path, write_run, capsys):
+    _delayed(write_run, tmp_path / "runs", "ppo", 0, 1, warm="aaa")
+    _delayed(write_run, tmp_path / "runs", "bapo", 0, 1, warm="bbb")
+    line = config_error(capsys, lambda: lag_report_main(
+        ["--runs", str(tmp_path / "runs"), "--pilots", "none", "--out", str(tmp_path / "out")]))
+    assert line.startswith("lag report: the runs come from 2 warm starts (aaa")
 
 
 def test_corrections_table_is_per_lag_and_anchor_over_seeds(tmp_path):
