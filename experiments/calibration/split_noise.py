@@ -36,7 +36,7 @@ def split_shares(tokens: pd.DataFrame, k: int, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for step, t in tokens.groupby("step"):
-        for update, mb in t.groupby("update"):
+        for _update, mb in t.groupby("update"):
             rows.append({"step": step, "split": "responses (logged)", "share": share(mb)})
         groups = t["group_id"].unique()
         rng.shuffle(groups)
