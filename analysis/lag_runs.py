@@ -59,14 +59,19 @@ def lag_of(run: Run) -> Lag | None:
     return Lag(*lag_range(delay, updates_per_step(run)), warmup_steps=delay)
 
 
+def run_meta(run: Run) -> dict:
+    """The run's meta.json; {} where it is missing or unreadable."""
+    try:
+        return json.loads((run.path / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def warm_start(run: Run) -> tuple[str, str | None]:
     """(cache key, weights digest) of the warm-start build the run started from, as its
     meta.json records them; the key is 'none recorded' and the digest None where it does not
     (runs made before the digest was added carry only the key)."""
-    try:
-        meta = json.loads((run.path / "meta.json").read_text())
-    except (OSError, ValueError):
-        meta = {}
+    meta = run_meta(run)
     ws, digest = meta.get("warm_start"), meta.get("warm_start_weights")
     key = str(ws).rstrip("/").rsplit("/", 1)[-1] if ws else "none recorded"
     return key, (str(digest) if digest else None)

@@ -6,7 +6,6 @@ own numbers (docs/methods.md) that the measurements are compared with.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -19,7 +18,7 @@ from analysis.cells import experiment_order
 from analysis.claim_counts import claim_counts
 from analysis.final import FINAL_EVALS, alignment_note
 from analysis.grad_clip import confound_note
-from analysis.lag_runs import build_labels
+from analysis.lag_runs import build_labels, run_meta
 from analysis.loader import RunSet
 from analysis.multiplicity import fmt_holm, with_holm
 from analysis.paired import DOWN, UP
@@ -437,9 +436,8 @@ def _sampling_lines(runs: RunSet) -> list[str]:
 
 
 def _numerics_mode(run) -> str:
-    try:
-        meta = json.loads((run.path / "meta.json").read_text())
-    except (OSError, ValueError):
+    meta = run_meta(run)
+    if not meta:
         return "unknown (no meta.json)"
     numerics = meta.get("numerics")
     return numerics.get("mode", "?") if isinstance(numerics, dict) else "native (made before the mode)"

@@ -266,13 +266,6 @@ def resolve_cells(cells: list[str], results: Path) -> list[Path]:
     return runs
 
 
-def _status(run_dir: Path) -> str:
-    try:
-        return str(json.loads((run_dir / "status.json").read_text()).get("status"))
-    except (OSError, ValueError):
-        return "missing or unreadable"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -295,10 +288,14 @@ def main() -> None:
         _fail(EXIT_NO_CELL, f"--out and --compare-dir take one cell; {len(runs)} were given")
     if args.compare_dir is not None and not (args.compare_dir / "metrics.jsonl").is_file():
         _fail(EXIT_NO_CELL, f"--compare-dir {args.compare_dir} has no metrics.jsonl: not a run dir")
-    if args.compare_dir is not None and _status(args.compare_dir) != "finished":
-        # a run still going (or stopped) lacks its last records: its verdict would be wrong
-        _fail(EXIT_NO_CELL, f"--compare-dir {args.compare_dir} is not finished (status.json: "
-              f"{_status(args.compare_dir)}); let it finish or resume it, then compare")
+    if args.compare_dir is not None:
+        from src.telemetry import read_status
+
+        state = (read_status(args.compare_dir) or {}).get("status", "missing or unreadable")
+        if state != "finished":
+            # a run still going (or stopped) lacks its last records: its verdict would be wrong
+            _fail(EXIT_NO_CELL, f"--compare-dir {args.compare_dir} is not finished (status.json: "
+                  f"{state}); let it finish or resume it, then compare")
     scratch = Path(tempfile.mkdtemp(prefix="verify_cell_")) if not (args.out or args.compare_dir) else None
     codes = []
     try:
