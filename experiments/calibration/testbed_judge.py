@@ -1,0 +1,134 @@
+"""The seven testbed targets (testbed_targets.md) judged on the grid's seeds, not one pilot.
+
+    python experiments/calibration/testbed_judge.py [--runs runs] [--testbed ramble]
+
+Reads the testbed grid's run dirs whole (token rows included, so run it on `runs/` before
+the token rows are thinned by the export): <runs>/<testbed>_1x/ppo and <testbed>_4x/{ppo,bapo}
+under any override level, one row per run (testbed_targets.summarize), and judges each target
+over the seeds present, with the 95% t-interval over seeds (paired by seed where two cells are
+compared). A range target (3, 5, 6) is met when the whole interval lies inside its range. Writes `testbed_judgement.md` and the per-run rows to `testbed_grid_rows.csv`.
+
+A target is `met` when its interval settles it (target 1: the mean at least +0.10 and the
+interval above 0; target 2: 4x's gain interval above 0 and the paired 4x - 1x interval below
+0); `not met` when the interval settles the other side or the mean misses a range; and
+`not settled` otherwise. One seed gives no interval, so nothing is `met` on one seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parents[1])]
+
+from testbed_targets import summarize  # noqa: E402
+
+from analysis.stats import fmt_ci, mean_ci  # noqa: E402
+from src.config_fields import config_exit  # noqa: E402
+
+MD, CSV = HERE / "testbed_judgement.md", HERE / "testbed_grid_rows.csv"
+CELLS = (("1x", "ppo"), ("4x", "ppo"), ("4x", "bapo"))
+
+
+def collect(runs: Path, testbed: str) -> pd.DataFrame:
+    rows = []
+    for level, method in CELLS:
+        for run_dir in sorted((runs / f"{testbed}_{level}" / method).glob("**/seed*")):
+            if (run_dir / "status.json").is_file() and '"finished"' in (run_dir / "status.json").read_text():
+                rows.append({**summarize(run_dir), "cell": f"{method} {level}"})
+    if not rows:
+        config_exit(f"no finished runs under {runs}/{testbed}_{{1x,4x}}/{{ppo,bapo}}; "
+                    f"run `python experiments/run_sweep.py testbed_grid` first")
+    return pd.DataFrame(rows)
+
+
+def cell(rows: pd.DataFrame, name: str) -> pd.DataFrame:
+    return rows[rows["cell"] == name].set_index("seed").sort_index()
+
+
+def ci(values) -> tuple[str, float, float, float, int]:
+    m, lo, hi, n = mean_ci(values)
+    return fmt_ci(m, lo, hi, n), m, lo, hi, n
+
+
+def verdict(ok: bool, settled: bool) -> str:
+    return "met" if ok and settled else ("not met" if settled else "not settled")
+
+
+def in_range(lo: float, hi: float, n: int, low: float, high: float) -> str:
+    """`met` when the whole interval lies in [low, high], `not met` when it lies wholly
+    outside, `not settled` otherwise (and on one seed)."""
+    if n < 2 or math.isnan(lo):
+        return "not settled"
+    if low <= lo and hi <= high:
+        return "met"
+    return "not met" if hi < low or lo > high else "not settled"
+
+
+def judge(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
+    one, four, bapo = cell(rows, "ppo 1x"), cell(rows, "ppo 4x"), cell(rows, "bapo 4x")
+    out = []
+    text, m, lo, hi, n = ci(one["gain"])
+    out.append(("1. on-policy ppo learns (1x gain >= +0.10, interval above 0)", text,
+                "not settled" if n < 2 else ("met" if m >= 0.10 and lo > 0
+                                             else "not met" if hi < 0.10 else "not settled")))
+    paired = (four["greedy_final"] - one["greedy_final"]).dropna()
+    g_text, _, g_lo, g_hi, g_n = ci(four["gain"])
+    p_text, _, p_lo, p_hi, p_n = ci(paired)
+    ok2 = g_n >= 2 and p_n >= 2 and g_lo > 0 and p_hi < 0
+    bad2 = (g_n >= 2 and g_hi < 0) or (p_n >= 2 and p_lo > 0)
+    out.append(("2. 4x ppo above its step 0 and below 1x (paired)",
+                f"4x gain {g_text}; 4x - 1x {p_text}", verdict(ok2, ok2 or bad2)))
+    s_text, _, s_lo, s_hi, s_n = ci(bapo["share_mean"])
+    l_text = ci(bapo["length_ratio"])[0]
+    out.append(("3. bapo's positive share at the start bounds in 0.33-0.40 (length ratio ~1.5)",
+                f"share {s_text}; length ratio {l_text}",
+                in_range(s_lo, s_hi, s_n, 0.33, 0.40)))
+    sd_max = bapo["share_sd"].max()
+    out.append(("4. sd of the share over updates <= 0.06 (every seed)",
+                f"largest over seeds {sd_max:.3f} (n={len(bapo)})",
+                "not settled" if len(bapo) < 2 else verdict(sd_max <= 0.06, True)))
+    b_text, _, b_lo, b_hi, b_n = ci(bapo["band_mass"])
+    r_text, _, r_lo, r_hi, _ = ci(bapo["moved_reached"])
+    band = in_range(b_lo, b_hi, b_n, 0.05, 0.10)
+    reach = "not settled" if b_n < 2 else "met" if r_lo >= 0.30 else "not met" if r_hi < 0.30 else "not settled"
+    out.append(("5. band mass 0.05-0.10 and moved-and-reached >= 0.30 (bapo 4x)",
+                f"band mass {b_text}; moved and reached {r_text}",
+                "met" if band == reach == "met" else
+                "not met" if "not met" in (band, reach) else "not settled"))
+    c_text, _, c_lo, c_hi, c_n = ci(four["clip_frac"])
+    out.append(("6. the clip binds on 1-4% of tokens (ppo 4x)", c_text,
+                in_range(c_lo, c_hi, c_n, 0.01, 0.04)))
+    both = pd.concat([four, bapo])
+    wall = both["wall_min"].max()
+    out.append(("7. a 4x run in about 10 minutes on one thread (slowest 4x run)",
+                f"{wall:.1f} min (threads {sorted(set(both['threads']))})",
+                "not settled" if math.isnan(wall) else verdict(wall <= 10.5, True)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, default=Path("runs"))
+    parser.add_argument("--testbed", default="ramble")
+    args = parser.parse_args()
+    rows = collect(args.runs, args.testbed)
+    rows.sort_values(["cell", "seed"]).to_csv(CSV, index=False, float_format="%.4f")
+    seeds = {c: sorted(cell(rows, c).index) for _, c in rows[["cell"]].drop_duplicates().itertuples()}
+    lines = ["| target | measured (mean ± 95% t half-width over seeds) | verdict |", "|---|---|---|"]
+    lines += [f"| {t} | {m} | {v} |" for t, m, v in judge(rows)]
+    MD.write_text(
+        f"# The testbed targets judged on the grid's seeds ({args.testbed})\n\n"
+        "Written by `testbed_judge.py` from the testbed grid's run dirs; per-run rows in "
+        "`testbed_grid_rows.csv`. Seeds per cell: "
+        + "; ".join(f"{c}: {s}" for c, s in seeds.items()) + ".\n\n" + "\n".join(lines) + "\n")
+    print(MD.read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The testbed targets judged over seeds: each verdict follows from the t-interval over
+seeds, computed here by hand (t_0.975 with 2 degrees of freedom is 4.303)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from experiments.calibration.testbed_judge import in_range, judge
+
+T2 = 4.302652729911275  # t_0.975, 2 degrees of freedom
+
+
+def _half(values: list[float]) -> float:
+    return T2 * pd.Series(values).std(ddof=1) / math.sqrt(len(values))
+
+
+def _rows() -> pd.DataFrame:
+    base = {"share_sd": 0.04, "length_ratio": 1.6, "wall_min": 4.5, "threads": 1,
+            "moved_reached": math.nan, "band_mass": math.nan, "share_mean": math.nan}
+    rows = []
+    for seed, (g1, f1, f4, clip) in enumerate([(0.30, 0.44, 0.27, 0.002), (0.25, 0.40, 0.30, 0.003),
+                                               (0.20, 0.36, 0.25, 0.001)]):
+        rows.append({**base, "cell": "ppo 1x", "seed": seed, "gain": g1, "greedy_final": f1, "clip_frac": 0.0})
+        rows.append({**base, "cell": "ppo 4x", "seed": seed, "gain": f4 - 0.14, "greedy_final": f4,
+                     "clip_frac": clip})
+        rows.append({**base, "cell": "bapo 4x", "seed": seed, "gain": 0.1, "greedy_final": f4,
+                     "clip_frac": clip, "share_mean": 0.36 + 0.005 * seed, "band_mass": 0.003,
+                     "moved_reached": 0.02})
+    return pd.DataFrame(rows)
+
+
+def test_interval_rules_by_hand():
+    verdicts = {row[0][:2]: row[2] for row in judge(_rows())}
+    # 1: gains 0.30/0.25/0.20: mean 0.25, half 4.303 * 0.05 / sqrt(3) = 0.124 -> above 0, mean >= 0.10
+    assert _half([0.30, 0.25, 0.20]) < 0.25
+    assert verdicts["1."] == "met"
+    # 2: 4x gains 0.13/0.16/0.11 (interval above 0), 4x - 1x -0.17/-0.10/-0.11 (below 0)
+    assert 0.1333 - _half([0.13, 0.16, 0.11]) > 0 and -0.1267 + _half([-0.17, -0.10, -0.11]) < 0
+    assert verdicts["2."] == "met"
+    # 3: shares 0.360/0.365/0.370: 0.365 +- 0.0124, inside 0.33-0.40 (0.37-0.39 would reach 0.405)
+    assert verdicts["3."] == "met"
+    assert verdicts["4."] == "met"
+    # 5: band mass 0.003 on every seed: a zero-width interval below 0.05
+    assert verdicts["5."] == "not met"
+    # 6: clip 0.2% +- 0.25%: wholly below 1%
+    assert 0.002 + _half([0.002, 0.003, 0.001]) < 0.01
+    assert verdicts["6."] == "not met"
+    assert verdicts["7."] == "met"
+
+
+def test_one_seed_settles_nothing_but_the_wall_time():
+    rows = _rows()
+    verdicts = [v for _, _, v in judge(rows[rows["seed"] == 0])]
+    assert verdicts[:6] == ["not settled"] * 6
+
+
+def test_in_range_needs_the_whole_interval_inside():
+    assert in_range(0.34, 0.39, 3, 0.33, 0.40) == "met"
+    assert in_range(0.30, 0.39, 3, 0.33, 0.40) == "not settled"
+    assert in_range(0.41, 0.45, 3, 0.33, 0.40) == "not met"
+    assert in_range(0.34, 0.39, 1, 0.33, 0.40) == "not settled"
