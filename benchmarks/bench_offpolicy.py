@@ -54,33 +54,14 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every arm")
     args = parser.parse_args()
 
-    import torch
-    from hydra import compose, initialize_config_dir
-
     import src.trainer as trainer_module
-    from src.build import (
-        build_backend,
-        build_model,
-        build_optimizer,
-        build_task,
-        pick_device,
-        prompt_formatter,
-    )
-    from src.checkpoint import TrainState
-    from src.config import validate
+    from src.build import build_parts, build_trainer, compose_config
     from src.telemetry import RunWriter
-    from src.trainer import Trainer
 
     base = ["experiment=staleness_4x", "method=bapo", "logger.progress=false", *args.overrides]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfgs = {arm: validate(compose(config_name="config", overrides=[*base, *extra]))
-                for arm, extra in ARMS.items()}
-        gpu = validate(compose(config_name="config", overrides=["experiment=gpu_staleness_4x",
-                                                                "device=cpu", "rollout=hf"]))
-    first = next(iter(cfgs.values()))
-    torch.set_num_threads(first.train.threads)
-    task = build_task(first)
-    model, tokenizer, info = build_model(first, task, pick_device(first.device), progress=True)
+    cfgs = {arm: compose_config([*base, *extra]) for arm, extra in ARMS.items()}
+    gpu = compose_config(["experiment=gpu_staleness_4x", "device=cpu", "rollout=hf"])
+    first = build_parts(next(iter(cfgs.values())), progress=True)  # one warm start for all arms
     forwards = {"n": 0}
     real = trainer_module.response_logprobs
 
@@ -92,13 +73,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         arms = {}
         for arm, cfg in cfgs.items():
-            own = copy.deepcopy(model)
-            optimizer, scheduler = build_optimizer(cfg, own)
-            writer = RunWriter(Path(tmp) / arm.split()[0])
-            trainer = Trainer(cfg, own, tokenizer, task, build_backend(cfg, own, tokenizer), optimizer,
-                              scheduler, writer, Path(tmp) / "ckpt", format_prompt=prompt_formatter(cfg, tokenizer))
-            trainer.log_tokens = False  # telemetry is measured in bench_telemetry.py
-            arms[arm] = (trainer, TrainState(task_position=int(info.get("next_train_index", 0))), [])
+            own = (copy.deepcopy(first.model), first.tokenizer, first.info)  # each arm its own copy
+            parts = build_trainer(cfg, RunWriter(Path(tmp) / arm.split()[0]), Path(tmp) / "ckpt",
+                                  evaluate="none", device=first.device, task=first.task, model=own)
+            parts.trainer.log_tokens = False  # telemetry is measured in bench_telemetry.py
+            arms[arm] = (parts.trainer, parts.fresh_state(), [])
         for i in range(args.steps + 1):
             for _arm, (trainer, state, rows) in arms.items():
                 forwards["n"] = 0

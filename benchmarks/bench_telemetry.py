@@ -26,35 +26,15 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for the run config")
     args = parser.parse_args()
 
-    import torch
-    from hydra import compose, initialize_config_dir
-
-    from src.build import (
-        build_backend,
-        build_model,
-        build_optimizer,
-        build_task,
-        pick_device,
-        prompt_formatter,
-    )
-    from src.checkpoint import TrainState
-    from src.config import validate
+    from src.build import build_trainer, compose_config
     from src.telemetry import RunWriter
-    from src.trainer import Trainer
 
-    overrides = ["experiment=staleness_4x", "method=bapo", "logger.progress=false", *args.overrides]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = validate(compose(config_name="config", overrides=overrides))
-    torch.set_num_threads(cfg.train.threads)
-    task = build_task(cfg)
-    model, tokenizer, info = build_model(cfg, task, pick_device(cfg.device), progress=True)
-    optimizer, scheduler = build_optimizer(cfg, model)
+    cfg = compose_config(["experiment=staleness_4x", "method=bapo", "logger.progress=false",
+                          *args.overrides])
     with tempfile.TemporaryDirectory() as tmp:
         writer = RunWriter(Path(tmp))
-        trainer = Trainer(cfg, model, tokenizer, task, build_backend(cfg, model, tokenizer),
-                          optimizer, scheduler, writer, Path(tmp) / "ckpt",
-                          format_prompt=prompt_formatter(cfg, tokenizer))
-        state = TrainState(task_position=int(info.get("next_train_index", 0)))
+        parts = build_trainer(cfg, writer, Path(tmp) / "ckpt", evaluate="none", progress=True)
+        trainer, state = parts.trainer, parts.fresh_state()
         arms: dict[bool, list[float]] = {True: [], False: []}
         shares: list[float] = []
         for i in range(2 * args.steps):

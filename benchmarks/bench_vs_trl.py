@@ -53,9 +53,7 @@ LR = 5e-5
 
 def _project_config(a):
     sys.path.insert(0, str(REPO))
-    from hydra import compose, initialize_config_dir
-
-    from src.config import validate
+    from src.build import compose_config
 
     overrides = [f"method={a.method}", f"train.staleness={a.staleness}",
                  f"train.prompts_per_step={a.prompts}", f"train.group_size={a.group_size}",
@@ -64,8 +62,7 @@ def _project_config(a):
                  # a cheaper optimizer step against TRL's
                  "train.optimizer=adamw", f"train.lr={LR}", "logger.progress=false",
                  f"cache_dir={a.cache_dir}"]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return validate(compose(config_name="config", overrides=overrides))
+    return compose_config(overrides)
 
 
 def _model(cfg, a):
@@ -83,24 +80,19 @@ def _model(cfg, a):
 def run_project(a) -> list[dict]:
     import torch
 
-    from src.build import build_backend, build_optimizer, prompt_formatter
-    from src.checkpoint import TrainState
+    from src.build import attach_trainer, build_parts
     from src.telemetry import RunWriter
-    from src.trainer import Trainer
 
     cfg = _project_config(a)
     if a.force_length:
         cfg.rollout.params = {**dict(cfg.rollout.params), "min_new_tokens": a.max_new_tokens}
-    torch.set_num_threads(cfg.train.threads)
-    torch.manual_seed(cfg.seed)
-    task, model, tokenizer, start = _model(cfg, a)
-    optimizer, scheduler = build_optimizer(cfg, model)
+    parts = build_parts(cfg, device=torch.device("cpu"), progress=False)
+    if a.force_length:
+        parts.model.config.max_position_embeddings = 1024  # as _model does for TRL's engines
     run_dir = Path(tempfile.mkdtemp(prefix="bench-project-"))
     writer = RunWriter(run_dir, {}, {}, resume_at_step=-1)
-    trainer = Trainer(cfg, model, tokenizer, task, build_backend(cfg, model, tokenizer), optimizer,
-                      scheduler, writer, run_dir / "checkpoints",
-                      format_prompt=prompt_formatter(cfg, tokenizer))
-    state = TrainState(task_position=start)
+    trainer = attach_trainer(parts, writer, run_dir / "checkpoints", evaluate="none")
+    state = parts.fresh_state()
     steps = []
     for _ in range(a.warmup + a.steps):
         rec = trainer.train_step(state)

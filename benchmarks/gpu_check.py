@@ -109,13 +109,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from src.build import compose_config
 
-    from src.config import validate
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return validate(hydra_compose(config_name="config", overrides=overrides))
+    return compose_config(overrides)
 
 
 def _version(name: str) -> str | None:
@@ -174,30 +170,19 @@ class Deadline(Exception):
 def run_method(cfg, task, device: torch.device, run_dir: Path, budget_s: float | None,
                model_path: str | None) -> dict:
     """One method's run; returns its raw records and what only this process can see."""
-    from src.build import (
-        build_backend,
-        build_evaluator,
-        build_model,
-        build_optimizer,
-        prompt_formatter,
-    )
-    from src.checkpoint import TrainState
+    from src.build import attach_trainer, build_parts
     from src.config import to_container
     from src.telemetry import RunWriter
-    from src.trainer import Trainer
 
-    model, tokenizer, info = build_model(cfg, task, device, progress=False)
-    optimizer, scheduler = build_optimizer(cfg, model)
-    if cfg.rollout.backend == "vllm":
-        cfg.model.path = model_path  # the warm-start entry is a save_pretrained dir
-    backend = build_backend(cfg, model, tokenizer)
-    fmt = prompt_formatter(cfg, tokenizer)
+    # vLLM loads the warm-start entry, a save_pretrained dir (model_path)
+    parts = build_parts(cfg, device=device, progress=False, task=task, model_path=model_path)
+    info = parts.info
     writer = RunWriter(run_dir, to_container(cfg), {"check": "gpu_check", "device": str(device),
                                                      "warm_start": info.get("path")})
-    evaluate = build_evaluator(cfg, model, tokenizer, task, fmt, backend=backend)
-    trainer = Trainer(cfg, model, tokenizer, task, backend, optimizer, scheduler, writer,
-                      run_dir / "checkpoints", evaluate=None, format_prompt=fmt)
-    state = TrainState(task_position=int(info.get("next_train_index", 0)))
+    # The evals are run and timed here (evaluate="caller"), not by the trainer.
+    trainer = attach_trainer(parts, writer, run_dir / "checkpoints", evaluate="caller")
+    backend, evaluate, tokenizer = parts.backend, parts.evaluate, parts.tokenizer
+    state = parts.fresh_state()
     memory, eval_s, stopped, t_run = {}, [], None, time.perf_counter()
     try:
         t0 = time.perf_counter()

@@ -68,13 +68,9 @@ for _ in range(400):
 data = out / "mult.jsonl"
 data.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-
-from src.build import build_backend, build_model, build_optimizer, build_task, prompt_formatter  # noqa: E402
-from src.checkpoint import TrainState  # noqa: E402
-from src.config import to_container, validate  # noqa: E402
+from src.build import build_trainer, compose_config  # noqa: E402
+from src.config import to_container  # noqa: E402
 from src.telemetry import RunWriter  # noqa: E402
-from src.trainer import Trainer  # noqa: E402
 
 scorer = "math_verify"
 try:
@@ -92,26 +88,19 @@ overrides = [
     f"rollout.params.gpu_memory_utilization={os.environ['GPU_UTIL']}",
     "logger.progress=false", f"cache_dir={out / 'cache'}", *os.environ["EXTRA"].split(),
 ]
-with initialize_config_dir(config_dir=str(Path("conf").resolve()), version_base="1.3"):
-    cfg = validate(compose(config_name="config", overrides=overrides))
+cfg = compose_config(overrides)
 
-timings = {}
-t0 = time.perf_counter()
-task = build_task(cfg)
-model, tok, _ = build_model(cfg, task, torch.device(device), progress=False)
-timings["model_load_s"] = time.perf_counter() - t0
-optimizer, scheduler = build_optimizer(cfg, model)
-t0 = time.perf_counter()
-backend = build_backend(cfg, model, tok)
-timings["engine_start_s"] = time.perf_counter() - t0
+writer = RunWriter(out / "run", to_container(cfg), {"check": "vllm_check"})
+# The run's parts as python -m src.run builds them; build_trainer times the model load and
+# the vLLM engine start.
+parts = build_trainer(cfg, writer, out / "run" / "ckpt", evaluate="none",
+                      device=torch.device(device), progress=False)
+trainer, backend = parts.trainer, parts.backend
+timings = {k: parts.timings[k] for k in ("model_load_s", "engine_start_s")}
 print(f"model load {timings['model_load_s']:.1f}s, vLLM engine start {timings['engine_start_s']:.1f}s, "
       f"push method {backend.push_method}; GPU memory allocated by torch "
       f"{gib(torch.cuda.memory_allocated):.1f} GiB", flush=True)
-
-writer = RunWriter(out / "run", to_container(cfg), {"check": "vllm_check"})
-trainer = Trainer(cfg, model, tok, task, backend, optimizer, scheduler, writer, out / "run" / "ckpt",
-                  evaluate=None, format_prompt=prompt_formatter(cfg, tok))
-state = TrainState()
+state = parts.fresh_state()
 steps = []
 for step in range(cfg.train.steps):
     if cuda:

@@ -1,8 +1,20 @@
-"""Builds the run's parts from a validated config: task, model, rollout, optimizer, eval."""
+"""Builds the run's parts from a validated config: task, model, rollout, optimizer, eval,
+and the trainer wired from them.
+
+Every entry that trains (`python -m src.run`, the benchmarks, the GPU and vLLM checks)
+composes its config with `compose_config` and gets its trainer from `build_trainer` (or
+`build_parts` then `attach_trainer`, when something must happen between the model and the
+trainer, as a resume's restore); what a caller does differently on purpose (a copy of an
+already built model, an evaluator it runs itself) is an argument, not its own wiring.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -125,3 +137,112 @@ def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=
         return record
 
     return evaluate
+
+
+def compose_config(overrides: list[str]) -> Config:
+    """conf/config.yaml composed with `overrides` (as `python -m src.run` composes it), validated."""
+    from hydra import compose, initialize_config_dir
+
+    from src.config import validate
+    from src.preflight import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return validate(compose(config_name="config", overrides=list(overrides)))
+
+
+EVALUATE = ("trainer", "caller", "none")
+
+
+@dataclass
+class Parts:
+    """A run's parts, as `build_parts` and `attach_trainer` made them."""
+
+    cfg: Config
+    device: torch.device
+    task: Any
+    model: Any
+    tokenizer: Any
+    info: dict  # the model's: next_train_index, the warm start's path, ...
+    optimizer: Any
+    scheduler: Any
+    timings: dict[str, float] = field(default_factory=dict)  # model_load_s, engine_start_s
+    backend: Any = None
+    format_prompt: Callable[[str], str] | None = None
+    evaluate: Callable[[int], dict] | None = None
+    trainer: Any = None
+
+    @property
+    def start_index(self) -> int:
+        """The first training problem (a warm start's SFT used the ones before)."""
+        return int(self.info.get("next_train_index", 0))
+
+    def fresh_state(self):
+        """The trainer's state at step 0."""
+        from src.checkpoint import TrainState
+
+        return TrainState(task_position=self.start_index)
+
+
+def build_parts(cfg: Config, *, device: torch.device | None = None, progress: bool | None = None,
+                task=None, model: tuple[Any, Any, dict] | None = None,
+                model_path: str | None = None) -> Parts:
+    """Torch's threads and seed from `cfg`, then the task, the model and the optimizer.
+
+    `device`: default `cfg.device` (`pick_device`); `progress`: default `cfg.logger.progress`.
+    `task` and `model` (`(model, tokenizer, info)`, e.g. a copy of one built before) are used
+    as given instead of being built. `model_path`: what the vLLM backend loads when it is
+    not `cfg.model.path` (a tiny model's warm-start entry, a save_pretrained dir); with
+    `rollout.backend=vllm` it becomes `cfg.model.path` once the model is built.
+    """
+    torch.set_num_threads(cfg.train.threads)
+    torch.manual_seed(cfg.seed)
+    device = pick_device(cfg.device) if device is None else device
+    progress = cfg.logger.progress if progress is None else progress
+    t0 = time.perf_counter()
+    task = build_task(cfg) if task is None else task
+    built = build_model(cfg, task, device, progress) if model is None else model
+    timings = {"model_load_s": time.perf_counter() - t0}
+    if model_path is not None and cfg.rollout.backend == "vllm":
+        cfg.model.path = model_path
+    optimizer, scheduler = build_optimizer(cfg, built[0])
+    return Parts(cfg, device, task, *built, optimizer, scheduler, timings)
+
+
+def attach_trainer(parts: Parts, writer, checkpoint_dir: Path, *, evaluate: str = "trainer"):
+    """The rollout backend, the prompt format, the evaluator and the `Trainer` on `parts`
+    (set on it too); returns the trainer.
+
+    `evaluate`: trainer (it evals at `eval.every`), caller (built as `parts.evaluate`, for a
+    caller that runs and times the evals itself; the trainer gets none) or none.
+    The backend is closed again if anything after it fails; otherwise the caller closes it.
+    """
+    from src.trainer import Trainer
+
+    if evaluate not in EVALUATE:
+        raise ValueError(f"evaluate must be one of {list(EVALUATE)}, got {evaluate!r}")
+    cfg = parts.cfg
+    t0 = time.perf_counter()
+    parts.backend = build_backend(cfg, parts.model, parts.tokenizer)
+    parts.timings["engine_start_s"] = time.perf_counter() - t0
+    try:
+        parts.format_prompt = prompt_formatter(cfg, parts.tokenizer)
+        if evaluate != "none":
+            parts.evaluate = build_evaluator(cfg, parts.model, parts.tokenizer, parts.task,
+                                             parts.format_prompt, backend=parts.backend)
+        parts.trainer = Trainer(cfg, parts.model, parts.tokenizer, parts.task, parts.backend,
+                                parts.optimizer, parts.scheduler, writer, checkpoint_dir,
+                                evaluate=parts.evaluate if evaluate == "trainer" else None,
+                                format_prompt=parts.format_prompt)
+    except BaseException:
+        parts.backend.close()
+        raise
+    return parts.trainer
+
+
+def build_trainer(cfg: Config, writer, checkpoint_dir: Path, *, evaluate: str = "trainer",
+                  **parts_kwargs) -> Parts:
+    """`build_parts` then `attach_trainer`: a ready trainer as `parts.trainer`, its first
+    state `parts.fresh_state()`. `parts_kwargs`: device, progress, task, model, model_path."""
+    parts = build_parts(cfg, **parts_kwargs)
+    attach_trainer(parts, writer, checkpoint_dir, evaluate=evaluate)
+    return parts

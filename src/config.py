@@ -35,15 +35,13 @@ from src.config_fields import (
     one_of,
     setting,
 )
+from src.model_dtypes import MODEL_DTYPES
 from src.run_vocab import SHARED_METHOD_KEYS
 from src.schedule.anchors import ANCHORS, WEIGHT_RULES
 from src.schedule.sources import DELAY_STARTS, SOURCES
 from src.schedule.split import SPLITS, STALENESS_MODES, minibatch_size
 
 OPTIMIZERS = ("adamw", "sgd")
-# model.dtype's names, each with the short alias that the HF loader (src/models/hf.py) also
-# takes from library callers; config.yaml always holds the full name.
-MODEL_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 @dataclass
@@ -514,7 +512,8 @@ DEFAULTS_NODE = "project_defaults"
 
 def register_defaults() -> None:
     """The dataclasses' defaults as Hydra's `project_defaults`, the first entry of
-    conf/config.yaml's defaults list: every yaml then holds only what differs from them.
+    conf/config.yaml's defaults list: every yaml then holds only what differs from them;
+    and `${settings_help:}`, the settings' help in `--help`.
 
     Stored as plain data, without the schema: types and values are checked by `validate`,
     so a bad value is a `ConfigError` naming its key, never a Hydra traceback. `method`
@@ -531,6 +530,7 @@ def register_defaults() -> None:
     tag = {"override_dirname": {"exclude_keys": list(OVERRIDE_TAG_EXCLUDES)}}
     ConfigStore.instance().store(name=DEFAULTS_NODE,
                                  node={**defaults, "hydra": {"job": {"config": tag}}})
+    OmegaConf.register_new_resolver("settings_help", settings_help, replace=True)  # --help
 
 
 def settings_help() -> str:

@@ -1,5 +1,6 @@
-"""A config field is one `setting(...)`: its default, its help text and its check together,
-as a method's parameters are one `param(...)` each (src/algorithms/methods/_base.py).
+"""A config field is one `setting(...)`: its default, its help text and its check together;
+a method's parameters are `setting(...)`s too (src/algorithms/methods/), with `source`, where
+their default comes from.
 
 A check takes the field's value and returns what is wrong with it (the message after the
 key, e.g. `must be > 0, got 0`) or None. Checks that read several fields stay with the
@@ -33,9 +34,13 @@ def config_exit(message: str) -> None:
     sys.exit(EXIT_CONFIG)
 
 
-def setting(default: Any, help: str, check: Check | None = None) -> Any:  # noqa: A002 - field metadata key
-    """A dataclass field with its default, its help text (`--help`) and its check."""
+def setting(default: Any, help: str, check: Check | None = None,  # noqa: A002 - field metadata key
+            source: str | None = None) -> Any:
+    """A dataclass field with its default, its help text (`--help`) and its check; `source`:
+    where the default comes from (a paper's section, a peer's config), for a method's."""
     metadata = {"help": help, "check": check}
+    if source is not None:
+        metadata["source"] = source
     if isinstance(default, list | dict):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -68,6 +73,11 @@ def in_open_unit(note: str = "") -> Check:
 
 def in_half_open_unit() -> Check:
     return lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v}"
+
+
+def or_none(check: Check) -> Check:
+    """`check`, with None allowed (a switch that is off)."""
+    return lambda v: None if v is None else check(v)
 
 
 def one_of(options: Iterable[Any], words: str | None = None) -> Check:

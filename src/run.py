@@ -97,22 +97,12 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
 
 
 def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, lock) -> str:
-    import torch
-
     from src._numerics import fingerprint as numerics_fingerprint
-    from src.build import (
-        build_backend,
-        build_evaluator,
-        build_model,
-        build_optimizer,
-        build_task,
-        pick_device,
-        prompt_formatter,
-    )
-    from src.checkpoint import TrainState, load_latest, prune_finished, restore
+    from src.build import attach_trainer, build_parts
+    from src.checkpoint import load_latest, prune_finished, restore
     from src.run_vocab import now_iso, run_meta
     from src.telemetry import RunWriter, display_path, summary_lines
-    from src.trainer import NumericFault, Trainer
+    from src.trainer import NumericFault
 
     mode = prepare_run_dir(cfg, run_dir)
     lock.renew()  # overwrite=true moved the old dir aside, its lock file with it
@@ -120,21 +110,16 @@ def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, loc
         print(f"{display_path(run_dir)} already finished; skipping (overwrite=true reruns it)")
         print("\n".join(summary_lines(run_dir)))
         return "skipped"
-    torch.set_num_threads(cfg.train.threads)
-    torch.manual_seed(cfg.seed)
-    device = pick_device(cfg.device)
-    progress = cfg.logger.progress
-    task = build_task(cfg)
-    model, tokenizer, info = build_model(cfg, task, device, progress)
-    optimizer, scheduler = build_optimizer(cfg, model)
+    parts = build_parts(cfg)  # torch's threads and seed, the task, the model, the optimizer
+    device, progress, info = parts.device, cfg.logger.progress, parts.info
     payload, notes = load_latest(run_dir / "checkpoints") if mode == "resume" else (None, [])
     for note in notes:
         print(note)
     if payload is not None:
-        state = restore(payload, model, optimizer, scheduler)
+        state = restore(payload, parts.model, parts.optimizer, parts.scheduler)
         print(f"resuming {run_dir} at step {state.step} from its last checkpoint")
     else:
-        state = TrainState(task_position=int(info.get("next_train_index", 0)))
+        state = parts.fresh_state()
     config_dict = to_container(cfg)
     wandb_run = None
     if cfg.logger.backend == "wandb":
@@ -164,12 +149,9 @@ def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, loc
                        resume_at_step=state.step if payload is not None else -1)
     writer.last_step = state.step - 1 if state.step else None
     writer.set_status("running")
-    format_prompt = prompt_formatter(cfg, tokenizer)
-    backend = build_backend(cfg, model, tokenizer)
+    trainer = attach_trainer(parts, writer, run_dir / "checkpoints")  # backend, evals, Trainer
+    backend, evaluate = parts.backend, parts.evaluate
     try:
-        evaluate = build_evaluator(cfg, model, tokenizer, task, format_prompt, backend=backend)
-        trainer = Trainer(cfg, model, tokenizer, task, backend, optimizer, scheduler, writer,
-                          run_dir / "checkpoints", evaluate=evaluate, format_prompt=format_prompt)
         if payload is not None:  # the data in flight: a delay queue, a replay buffer
             trainer.load_schedule_state(payload.get("schedule"))
         try:

@@ -48,13 +48,8 @@ def register_resolver() -> None:
 
     OmegaConf.register_new_resolver("run_tag", run_tag, replace=True)
     OmegaConf.register_new_resolver("run_groups", run_groups, replace=True)  # --help
-    OmegaConf.register_new_resolver("settings_help", _settings_help, replace=True)  # --help
-
-
-def _settings_help() -> str:
-    from src.config import settings_help  # late: the config imports the method registry
-
-    return settings_help()
+    # --help's ${settings_help:} is the config's own: src/config.py registers it with its
+    # defaults, so this module needs nothing of the config.
 
 
 # conf/ dirs that are not groups of `python -m src.run`: launch configs of TRL, accelerate

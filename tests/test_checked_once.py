@@ -28,7 +28,7 @@ def test_a_config_checks_bapos_grid_once(monkeypatch):
 
 
 def test_model_dtype_is_checked_against_one_list():
-    from src.config import MODEL_DTYPES
+    from src.model_dtypes import MODEL_DTYPES
     from src.models.hf import parse_dtype
 
     for name, alias in MODEL_DTYPES.items():

@@ -29,7 +29,7 @@ def _settings(cls: type) -> list[dataclasses.Field]:
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if dataclasses.is_dataclass(default):
-            if f.name != "method":  # the method's parameters: param() in its own module
+            if f.name != "method":  # the method's parameters: setting()s in its own module
                 out += _settings(type(default))
         else:
             out.append(f)

@@ -58,16 +58,6 @@ def check_bounds(c_low: float, c_high: float, name: str = "c_low") -> None:
         )
 
 
-def check_dual_clip(dual_clip_c: float | None) -> None:
-    if dual_clip_c is not None and not dual_clip_c > 1.0:
-        raise ValueError(f"dual_clip_c must be > 1 (or None to disable), got {dual_clip_c}")
-
-
-def check_in(name: str, value, choices) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-
-
 def check_share(name: str, value: float, *, closed: bool = True) -> None:
     """0 < value <= 1 (closed) or 0 < value < 1; NaN fails both."""
     ok = 0.0 < value <= 1.0 if closed else 0.0 < value < 1.0

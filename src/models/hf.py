@@ -12,11 +12,11 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from src.config import MODEL_DTYPES
+from src.model_dtypes import MODEL_DTYPES
 
 
 def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
-    """A `model.dtype` name or its alias (the config's table, MODEL_DTYPES: `"bfloat16"`,
+    """A `model.dtype` name or its alias (src/model_dtypes.py MODEL_DTYPES: `"bfloat16"`,
     `"bf16"`, ...) or a torch dtype -> torch dtype; `"auto"` passes through."""
     if isinstance(dtype, torch.dtype) or dtype == "auto":
         return dtype

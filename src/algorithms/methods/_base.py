@@ -2,10 +2,12 @@
 
 A method is one class in one module of this package (registered with `@register`):
 
-- `Params`: a dataclass with the method's parameters, their defaults and help text (field
-  metadata `help`, and `source` for where a default comes from), and `validate()`, which
-  raises ValueError with a message that starts with the parameter's name. The config
-  (`method.<objective>.<param>`), the plugs and `policy_loss()` all validate through it.
+- `Params`: a dataclass whose fields are `setting(default, help, check, source=...)`
+  (src/config_fields.py, as the config's fields): the default, its help text, the
+  parameter's own check and where the default comes from. `validate()` holds only the
+  checks that read several parameters. Every failure is a ValueError whose message starts
+  with the parameter's name. The config (`method.<objective>.<param>`), the plugs and
+  `policy_loss()` all validate through `checked()`.
 - `decide(inputs)`: what the method settles for a whole mini-batch before its loss is
   taken (BAPO's bounds, a token set), from detached per-token tensors of the WHOLE
   mini-batch: all its micro-batches, and all ranks' micro-batches gathered, concatenated
@@ -33,6 +35,7 @@ from torch import Tensor
 
 from src.algorithms._checks import as_bool_mask, broadcast_advantages, check_finite
 from src.algorithms.surrogate import aggregate, check_aggregation, loss_denominator
+from src.config_fields import check_fields
 from src.run_vocab import MethodTraits
 
 
@@ -41,7 +44,8 @@ class MethodParams:
     """Base of every method's parameters."""
 
     def validate(self) -> None:
-        """Raise ValueError naming the first bad parameter (the message starts with it)."""
+        """The checks that read several parameters (each parameter's own check is its
+        field's); raise ValueError naming the first bad parameter (the message starts with it)."""
 
     def checked(self) -> MethodParams:
         """These parameters, validated once for their current values: a config's are checked
@@ -49,6 +53,7 @@ class MethodParams:
         (a changed value is checked anew)."""
         values = dataclasses.astuple(self)
         if self.__dict__.get("_checked_values") != values:
+            check_fields(self, "")  # each parameter's own check (ConfigError is a ValueError)
             self.validate()
             self.__dict__["_checked_values"] = values
         return self
@@ -63,11 +68,6 @@ class MethodParams:
                 text = f"{text} (default from {f.metadata['source']})"
             out[f.name] = text
         return out
-
-
-def param(default: Any, help: str, source: str | None = None) -> Any:  # noqa: A002 - field metadata key
-    """A dataclass field with its help text and the source of its default."""
-    return field(default=default, metadata={"help": help, "source": source})
 
 
 @dataclass(frozen=True)

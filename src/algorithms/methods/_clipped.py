@@ -4,27 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from src.algorithms._checks import check_bounds, check_dual_clip
-from src.algorithms.methods._base import Inputs, MethodParams, TokenObjective, param
+from src.algorithms._checks import check_bounds
+from src.algorithms.methods._base import Inputs, MethodParams, TokenObjective
 from src.algorithms.surrogate import clip_states, clipped_surrogate
+from src.config_fields import above, or_none, setting
 
 DUAL_HELP = ("dual-clip constant c > 1: for A<0, J = max(J, c A) (state `dual`, no gradient); "
              "null: off")
+# dual_clip_c's check, for every method that has one
+DUAL_CHECK = or_none(above(1, "or None to disable"))
 
 
 @dataclass
 class ClipParams(MethodParams):
     """Fixed absolute ratio bounds [c_low, c_high] (PPO's [1 - eps, 1 + eps]) and dual-clip."""
 
-    c_low: float = param(0.8, "lower ratio bound: A<0 tokens with r < c_low get no gradient",
-                         "PPO/GRPO eps = 0.2")
-    c_high: float = param(1.2, "upper ratio bound: A>0 tokens with r > c_high get no gradient",
-                          "PPO/GRPO eps = 0.2")
-    dual_clip_c: float | None = param(None, DUAL_HELP)
+    c_low: float = setting(0.8, "lower ratio bound: A<0 tokens with r < c_low get no gradient",
+                           source="PPO/GRPO eps = 0.2")
+    c_high: float = setting(1.2, "upper ratio bound: A>0 tokens with r > c_high get no gradient",
+                            source="PPO/GRPO eps = 0.2")
+    dual_clip_c: float | None = setting(None, DUAL_HELP, DUAL_CHECK)
 
     def validate(self) -> None:
         check_bounds(self.c_low, self.c_high)
-        check_dual_clip(self.dual_clip_c)
 
 
 def clipped_objective(x: Inputs, c_low: float, c_high: float, dual_clip_c: float | None,

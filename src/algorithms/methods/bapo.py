@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from src.algorithms import bapo as search
-from src.algorithms._checks import check_bounds, check_dual_clip, check_in
+from src.algorithms._checks import check_bounds
 from src.algorithms.methods._base import (
     Decision,
     DecisionInputs,
@@ -20,10 +20,10 @@ from src.algorithms.methods._base import (
     Method,
     MethodParams,
     TokenObjective,
-    param,
     register,
 )
-from src.algorithms.methods._clipped import DUAL_HELP, clipped_objective
+from src.algorithms.methods._clipped import DUAL_CHECK, DUAL_HELP, clipped_objective
+from src.config_fields import one_of, setting
 from src.run_vocab import MethodTraits
 
 SECTION = "paper section 5.1"
@@ -36,21 +36,23 @@ PAPER = search.BapoGrid()  # the search's defaults, written once in src/algorith
 class BapoParams(MethodParams):
     """The search's grid (`grid`, a `BapoGrid`), and how the method runs it."""
 
-    rho0: float = param(PAPER.rho0, "target share of the policy-gradient magnitude on A>0 tokens",
-                        SECTION)
-    low_start: float = param(PAPER.low_start, "c_low at the start of the search (a-)", SECTION)
-    low_max: float = param(PAPER.low_max, "largest c_low the search may reach (b-)", SECTION)
-    high_start: float = param(PAPER.high_start, "c_high at the start of the search (a+)", SECTION)
-    high_max: float = param(PAPER.high_max, "largest c_high the search may reach (b+)", SECTION)
-    high_step: float = param(PAPER.high_step, "c_high step (delta1)", SECTION)
-    low_step: float = param(PAPER.low_step, "c_low step (delta2)", SECTION)
-    contribution: str = param(PAPER.contribution, "gradient: rho is the A>0 share of sum |r A| over "
-                              "unclipped tokens; value: literal Eq. 8 (surrogate values)")
-    weights: str = param("uniform", "uniform | rollout_prob: w_t = exp(logp_b), as Eq. 8 prints it")
-    order: str = param(PAPER.order, "paper: Algorithm 1 (c_high first); official: the verl recipe "
-                       "(c_low first, to its max, then c_high)")
-    search: str = param("fast", "fast | reference: the literal loop (same result, slower)")
-    dual_clip_c: float | None = param(None, DUAL_HELP)
+    rho0: float = setting(PAPER.rho0, "target share of the policy-gradient magnitude on A>0 tokens",
+                          source=SECTION)
+    low_start: float = setting(PAPER.low_start, "c_low at the start of the search (a-)", source=SECTION)
+    low_max: float = setting(PAPER.low_max, "largest c_low the search may reach (b-)", source=SECTION)
+    high_start: float = setting(PAPER.high_start, "c_high at the start of the search (a+)", source=SECTION)
+    high_max: float = setting(PAPER.high_max, "largest c_high the search may reach (b+)", source=SECTION)
+    high_step: float = setting(PAPER.high_step, "c_high step (delta1)", source=SECTION)
+    low_step: float = setting(PAPER.low_step, "c_low step (delta2)", source=SECTION)
+    contribution: str = setting(PAPER.contribution, "gradient: rho is the A>0 share of sum |r A| over "
+                                "unclipped tokens; value: literal Eq. 8 (surrogate values)")
+    weights: str = setting("uniform", "uniform | rollout_prob: w_t = exp(logp_b), as Eq. 8 prints it",
+                           one_of(("uniform", "rollout_prob")))
+    order: str = setting(PAPER.order, "paper: Algorithm 1 (c_high first); official: the verl recipe "
+                         "(c_low first, to its max, then c_high)")
+    search: str = setting("fast", "fast | reference: the literal loop (same result, slower)",
+                          one_of(("fast", "reference"), "'fast' or 'reference'"))
+    dual_clip_c: float | None = setting(None, DUAL_HELP, DUAL_CHECK)
 
     @property
     def grid(self) -> search.BapoGrid:
@@ -59,11 +61,7 @@ class BapoParams(MethodParams):
 
     def validate(self) -> None:
         check_bounds(self.low_start, self.high_start, name="low_start")
-        check_dual_clip(self.dual_clip_c)
         self.__dict__["_grid"] = search.grid_from(self)  # a BapoGrid checks itself when made
-        check_in("weights", self.weights, ("uniform", "rollout_prob"))
-        if self.search not in ("fast", "reference"):
-            raise ValueError(f"search must be 'fast' or 'reference', got {self.search!r}")
 
 
 @register

@@ -26,10 +26,10 @@ from src.algorithms.methods._base import (
     Method,
     MethodParams,
     TokenObjective,
-    param,
     register,
 )
 from src.algorithms.surrogate import NONE, TRUNC_HIGH, TRUNC_LOW
+from src.config_fields import above, setting
 
 PAPER = ("MiniMax-M1 section 3.1: 'we did not impose a lower bound on the IS weight by setting "
          "eps_low to a large value'")
@@ -39,15 +39,10 @@ VERL = ("the paper tunes eps_high but does not print its value; 0.2 is verl's CI
 
 @dataclass
 class CispoParams(MethodParams):
-    eps_low: float = param(10.0, "IS weight lower clip range: bound 1 - eps_low (>= 1: no lower "
-                           "bound, as the paper runs it)", PAPER)
-    eps_high: float = param(0.2, "IS weight upper clip range: bound 1 + eps_high", VERL)
-
-    def validate(self) -> None:
-        if not self.eps_low > 0.0:
-            raise ValueError(f"eps_low must be > 0, got {self.eps_low}")
-        if not self.eps_high > 0.0:
-            raise ValueError(f"eps_high must be > 0, got {self.eps_high}")
+    eps_low: float = setting(10.0, "IS weight lower clip range: bound 1 - eps_low (>= 1: no lower "
+                             "bound, as the paper runs it)", above(0), source=PAPER)
+    eps_high: float = setting(0.2, "IS weight upper clip range: bound 1 + eps_high", above(0),
+                              source=VERL)
 
 
 @register

@@ -28,11 +28,11 @@ from src.algorithms.methods._base import (
     Inputs,
     Method,
     TokenObjective,
-    param,
     register,
 )
 from src.algorithms.methods._clipped import ClipParams, clipped_objective
 from src.algorithms.surrogate import MASKED, NONE, clip_states
+from src.config_fields import in_half_open_unit, setting
 
 REPO = "the authors' recipe (PRIME-RL/Entropy-Mechanism-of-RL, recipe/dapo/7b_clip_cov.sh, same for 32b)"
 
@@ -49,21 +49,19 @@ def centred_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch
 
 @dataclass
 class ClipCovParams(ClipParams):
-    c_low: float = param(0.0, "lower ratio bound of the clipped surrogate",
-                         f"{REPO}: clip_ratio_low=1, so 1 - 1")
-    c_high: float = param(2.0, "upper ratio bound of the clipped surrogate",
-                          f"{REPO}: clip_ratio_high=1, so 1 + 1")
-    ratio: float = param(2e-4, "share of all response tokens detached (at least one)",
-                         "the paper's clip ratio r = 2e-4 (7B and 32B); the recipe's clip_cov_ratio")
-    lb: float = param(1.0, "lower end of the candidates' covariance range (omega_low)",
-                      "the paper's omega_low = 1; the recipe's clip_cov_lb")
-    ub: float = param(5.0, "upper end of the candidates' covariance range (omega_high)",
-                      "the paper's omega_high = 5; the recipe's clip_cov_ub")
+    c_low: float = setting(0.0, "lower ratio bound of the clipped surrogate",
+                           source=f"{REPO}: clip_ratio_low=1, so 1 - 1")
+    c_high: float = setting(2.0, "upper ratio bound of the clipped surrogate",
+                            source=f"{REPO}: clip_ratio_high=1, so 1 + 1")
+    ratio: float = setting(2e-4, "share of all response tokens detached (at least one)",
+                           in_half_open_unit(), source="the paper's clip ratio r = 2e-4 (7B and 32B); the recipe's clip_cov_ratio")
+    lb: float = setting(1.0, "lower end of the candidates' covariance range (omega_low)",
+                        source="the paper's omega_low = 1; the recipe's clip_cov_lb")
+    ub: float = setting(5.0, "upper end of the candidates' covariance range (omega_high)",
+                        source="the paper's omega_high = 5; the recipe's clip_cov_ub")
 
     def validate(self) -> None:
         super().validate()
-        if not 0.0 < self.ratio <= 1.0:
-            raise ValueError(f"ratio must be in (0, 1], got {self.ratio}")
         if not self.lb < self.ub:
             raise ValueError(f"lb must be < ub, got lb={self.lb}, ub={self.ub}")
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from src.algorithms.methods._base import param, register
+from src.algorithms.methods._base import register
 from src.algorithms.methods._clipped import ClipParams
 from src.algorithms.methods.ppo import Ppo
+from src.config_fields import setting
 
 
 @dataclass
 class ClipHigherParams(ClipParams):
-    c_high: float = param(1.28, "upper ratio bound: A>0 tokens with r > c_high get no gradient",
-                          "DAPO (Yu et al. 2025, arXiv 2503.14476) eps_high = 0.28")
+    c_high: float = setting(1.28, "upper ratio bound: A>0 tokens with r > c_high get no gradient",
+                            source="DAPO (Yu et al. 2025, arXiv 2503.14476) eps_high = 0.28")
 
 
 @register

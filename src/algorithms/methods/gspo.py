@@ -28,10 +28,10 @@ from src.algorithms.methods._base import (
     Method,
     MethodParams,
     TokenObjective,
-    param,
     register,
 )
 from src.algorithms.surrogate import clip_states, clipped_surrogate
+from src.config_fields import above, in_open_unit, setting
 
 SOURCE = ("the paper's experiments set 'the left and right clipping ranges in Equation (5) "
           "to 3e-4 and 4e-4'")
@@ -39,14 +39,10 @@ SOURCE = ("the paper's experiments set 'the left and right clipping ranges in Eq
 
 @dataclass
 class GspoParams(MethodParams):
-    eps_low: float = param(3e-4, "sequence ratio lower clip range: bound 1 - eps_low", SOURCE)
-    eps_high: float = param(4e-4, "sequence ratio upper clip range: bound 1 + eps_high", SOURCE)
-
-    def validate(self) -> None:
-        if not 0.0 < self.eps_low < 1.0:
-            raise ValueError(f"eps_low must be in (0, 1), got {self.eps_low}")
-        if not self.eps_high > 0.0:
-            raise ValueError(f"eps_high must be > 0, got {self.eps_high}")
+    eps_low: float = setting(3e-4, "sequence ratio lower clip range: bound 1 - eps_low",
+                             in_open_unit(), source=SOURCE)
+    eps_high: float = setting(4e-4, "sequence ratio upper clip range: bound 1 + eps_high", above(0),
+                              source=SOURCE)
 
 
 @register

@@ -25,29 +25,23 @@ from src.algorithms.methods._base import (
     Method,
     MethodParams,
     TokenObjective,
-    param,
     register,
 )
 from src.algorithms.methods.clip_cov import centred_covariance
 from src.algorithms.surrogate import KL_PENALTY, NONE
+from src.config_fields import at_least, in_half_open_unit, setting
 
 REPO = "PRIME-RL/Entropy-Mechanism-of-RL recipe/dapo/7b_kl_cov.sh"
 
 
 @dataclass
 class KlCovParams(MethodParams):
-    ratio: float = param(2e-3, "share of the response tokens with the largest covariance that "
-                         "pay the penalty (at least one)",
-                         f"the paper's k = 2e-3 for Qwen2.5-7B (2e-4 for Qwen2.5-32B); {REPO}: "
-                         "k_percent=0.2, in percent")
-    coef: float = param(1.0, "penalty coefficient beta on |log r|",
-                        f"the paper's beta = 1; {REPO}: ppo_kl_coef=1")
-
-    def validate(self) -> None:
-        if not 0.0 < self.ratio <= 1.0:
-            raise ValueError(f"ratio must be in (0, 1], got {self.ratio}")
-        if not self.coef >= 0.0:
-            raise ValueError(f"coef must be >= 0, got {self.coef}")
+    ratio: float = setting(2e-3, "share of the response tokens with the largest covariance that "
+                           "pay the penalty (at least one)", in_half_open_unit(),
+                           source=f"the paper's k = 2e-3 for Qwen2.5-7B (2e-4 for Qwen2.5-32B); {REPO}: "
+                           "k_percent=0.2, in percent")
+    coef: float = setting(1.0, "penalty coefficient beta on |log r|", at_least(0),
+                          source=f"the paper's beta = 1; {REPO}: ppo_kl_coef=1")
 
 
 @register

@@ -33,7 +33,6 @@ r == 1 exactly) can reach.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -46,10 +45,10 @@ from src.algorithms.methods._base import (
     Method,
     MethodParams,
     TokenObjective,
-    param,
     register,
 )
 from src.algorithms.methods._clipped import clipped_objective
+from src.config_fields import finite_above, setting
 from src.run_vocab import MethodTraits
 
 SOURCE = ("the authors' run, train-scripts/m2po-qwen-math-7b-s256.sh in Infini-AI-Lab/M2PO "
@@ -115,12 +114,9 @@ class M2poBounds:
 
 @dataclass
 class M2poParams(MethodParams):
-    budget: float = param(0.04, "largest second moment of the harmful tokens' log-ratios left "
-                          "after the clip (the authors' M2_budget)", SOURCE)
-
-    def validate(self) -> None:
-        if not (math.isfinite(self.budget) and self.budget > 0.0):
-            raise ValueError(f"budget must be a finite number > 0, got {self.budget}")
+    budget: float = setting(0.04, "largest second moment of the harmful tokens' log-ratios left "
+                            "after the clip (the authors' M2_budget)", finite_above(0),
+                            source=SOURCE)
 
 
 @register

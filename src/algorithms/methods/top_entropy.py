@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from src.algorithms._checks import check_in, check_share
 from src.algorithms.entropy import top_q_mask
 from src.algorithms.methods._base import (
     Decision,
@@ -20,28 +19,23 @@ from src.algorithms.methods._base import (
     Inputs,
     Method,
     TokenObjective,
-    param,
     register,
 )
 from src.algorithms.methods._clipped import ClipParams, clipped_objective
+from src.config_fields import in_half_open_unit, one_of, setting
 
 SCOPES = ("minibatch", "rollout")
 
 
 @dataclass
 class TopEntropyParams(ClipParams):
-    c_high: float = param(1.28, "upper ratio bound: A>0 tokens with r > c_high get no gradient",
-                          "the paper's recipe is DAPO's, eps_high = 0.28")
-    q: float = param(0.2, "share of the mini-batch's response tokens kept, by entropy",
-                     "Wang et al. 2025, the top 20% 'forking' tokens")
-    scope: str = param("minibatch", "minibatch: the top q of each update's mini-batch (current "
-                       "policy); rollout: one threshold per rollout batch from the behaviour "
-                       "policy's entropies (the paper's batch-level threshold)")
-
-    def validate(self) -> None:
-        super().validate()
-        check_share("q", self.q)
-        check_in("scope", self.scope, SCOPES)
+    c_high: float = setting(1.28, "upper ratio bound: A>0 tokens with r > c_high get no gradient",
+                            source="the paper's recipe is DAPO's, eps_high = 0.28")
+    q: float = setting(0.2, "share of the mini-batch's response tokens kept, by entropy",
+                       in_half_open_unit(), source="Wang et al. 2025, the top 20% 'forking' tokens")
+    scope: str = setting("minibatch", "minibatch: the top q of each update's mini-batch (current "
+                         "policy); rollout: one threshold per rollout batch from the behaviour "
+                         "policy's entropies (the paper's batch-level threshold)", one_of(SCOPES))
 
 
 @register
