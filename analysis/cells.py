@@ -32,6 +32,12 @@ from src.run_vocab import ADDED_SECTIONS, NON_NUMERIC_KEYS, applies, flatten
 
 # What a comparison varies inside one suite.
 COMPARED = ("method", "experiment.name", "train.staleness")
+# The step budget may vary with the staleness inside a suite when the levels are compared at
+# equal updates (the ramble testbed: 1x 120 rollouts, 4x 30, evals every 20 updates); the
+# paper grid compares at equal rollouts, so its budget is one and the rule changes nothing.
+# Any other difference in steps (smoke's 3 against 4, random rewards at 30 and 100) is two
+# comparisons and splits the suite.
+BUDGET = ("train.steps", "eval.every")
 MAX_SHOWN_KEYS = 3
 METHOD_CONF = Path(__file__).resolve().parent.parent / "conf" / "method"
 
@@ -118,6 +124,15 @@ def experiment_order(names_and_staleness: set[tuple[str, int]]) -> list[str]:
     return [name for name, _ in sorted(names_and_staleness, key=lambda e: (e[1], e[0]))]
 
 
+def _equal_updates(runs: list[Any], numeric: dict[int, dict]) -> bool:
+    """The runs' staleness levels differ in their step budget only so that every level makes
+    the same number of updates with its evals at the same update counts (steps x staleness
+    and eval.every x staleness shared by every run)."""
+    budgets = {(numeric[id(r)].get("train.steps", 0) * r.staleness,
+                numeric[id(r)].get("eval.every", 0) * r.staleness) for r in runs}
+    return len(budgets) == 1
+
+
 class Grouping:
     """Cells and suites of a list of runs (anything with .config, .experiment, .staleness,
     .method); `assign` writes .cell, .suite, .suite_slug and the display .method."""
@@ -129,10 +144,18 @@ class Grouping:
         """Set each run's cell, suite and method label; returns the suites, largest first."""
         by_suite: dict[str, list[Any]] = defaultdict(list)
         numeric = {id(r): numeric_config(r.config) for r in self.runs}
+        loose: dict[str, list[Any]] = defaultdict(list)
         for run in self.runs:
             run.cell = _digest(_key(numeric[id(run)]), 12)
-            rest = {k: v for k, v in numeric[id(run)].items() if not _under(k, COMPARED)}
-            by_suite[_key(rest)].append(run)
+            rest = {k: v for k, v in numeric[id(run)].items() if not _under(k, COMPARED + BUDGET)}
+            loose[_key(rest)].append(run)
+        for key, runs in loose.items():
+            if _equal_updates(runs, numeric):
+                by_suite[key] = runs
+                continue
+            for run in runs:
+                rest = {k: v for k, v in numeric[id(run)].items() if not _under(k, COMPARED)}
+                by_suite[_key(rest)].append(run)
         labels = self._suite_labels(by_suite, numeric)
         order = sorted(by_suite, key=lambda k: (-len(by_suite[k]), labels[k]))
         for key in order:

@@ -29,6 +29,20 @@ def test_smoke_runs_are_never_seeds_of_the_2x_cell(tmp_path, write_run):
     ]
 
 
+def test_levels_at_equal_updates_are_one_suite_and_other_budgets_are_not(tmp_path, write_run):
+    # The ramble testbed's design: 1x 8 rollouts, 2x 4, 4x 2 (8 updates each), evals every
+    # 4 updates. One suite, three cells. A 4x run at 4 rollouts (16 updates) is another
+    # comparison: it splits off, with the levels it does not match.
+    root = tmp_path / "runs"
+    for staleness, steps in ((1, 8), (2, 4), (4, 2)):
+        write_run(root, "ppo", staleness, 0, experiment="ramble", steps=steps,
+                  extra_config={"eval.every": 4 // staleness})
+    runs = load_runs([root])
+    assert len(runs.suites) == 1 and len({r.cell for r in runs.runs}) == 3
+    write_run(root, "bapo", 4, 0, experiment="ramble", steps=4, extra_config={"eval.every": 1})
+    assert len(load_runs([root]).suites) > 1
+
+
 def test_a_suite_is_named_by_how_it_differs_from_the_largest_one(tmp_path, write_run):
     root = tmp_path / "runs"
     for seed in (0, 1, 2):  # the largest suite: 6 runs at the default config
