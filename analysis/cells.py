@@ -26,8 +26,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from src.run_vocab import ADDED_SECTIONS, NON_NUMERIC_KEYS, applies, flatten
 
 # What a comparison varies inside one suite.
@@ -72,18 +70,23 @@ def cell_key(cfg: dict[str, Any]) -> str:
 
 @cache
 def _method_defaults_key(name: str) -> str | None:
-    path = METHOD_CONF / f"{name}.yaml"
-    if not path.is_file():
+    if not (METHOD_CONF / f"{name}.yaml").is_file():
         return None
-    cfg = yaml.safe_load(path.read_text())  # as loader.py reads a run's config.yaml
+    # late: the method registry (torch) only when labels need it. The yaml with its
+    # defaults list followed (the objective's dataclass defaults, a parent method's file),
+    # as `--cfg job` prints the method section
+    from src.integrations._common import load_method_yaml
+
+    cfg = load_method_yaml(name)
     params = {k[len("method."):]: v for k, v in numeric_config({"method": cfg}).items()
               if k != "method.name"}
     return _key(params)
 
 
 def method_defaults(name: str) -> dict[str, Any] | None:
-    """The numeric parameters of conf/method/<name>.yaml as `<key>: value` without the
-    `method.` prefix (as the labels show them); None when there is no such yaml."""
+    """The numeric parameters of conf/method/<name>.yaml, its defaults list followed, as
+    `<key>: value` without the `method.` prefix (as the labels show them); None when there
+    is no such yaml."""
     key = _method_defaults_key(name)
     return None if key is None else dict(json.loads(key))
 

@@ -508,6 +508,16 @@ def to_container(config: Config) -> dict:
 
 
 DEFAULTS_NODE = "project_defaults"
+METHOD_DEFAULTS_GROUP = "method_defaults"
+
+
+def method_defaults(objective: str) -> dict[str, Any]:
+    """The `method:` section of `objective` at its dataclass defaults (shared keys, then
+    method.<objective>), without the derived traits: Hydra's `method_defaults/<objective>`,
+    which conf/method/<objective>.yaml pulls in first, so the yaml holds only what differs."""
+    out = MethodConfig(name=objective, objective=objective).to_container()
+    del out["traits"]
+    return out
 
 
 def register_defaults() -> None:
@@ -517,19 +527,22 @@ def register_defaults() -> None:
 
     Stored as plain data, without the schema: types and values are checked by `validate`,
     so a bad value is a `ConfigError` naming its key, never a Hydra traceback. `method`
-    is left out: its group file is the whole section (a ppo section under method=bapo
-    would be an error).
+    is left out of `project_defaults`: a ppo section under method=bapo would be an error.
+    Each objective's defaults are their own node instead, `method_defaults/<objective>`,
+    the first entry of conf/method/<objective>.yaml's defaults list.
     """
     from hydra.core.config_store import ConfigStore
 
     from src.run_dir import OVERRIDE_TAG_EXCLUDES
 
+    store = ConfigStore.instance()
     defaults = to_container(Config())
     del defaults["method"]
     # The run-dir tag leaves out the keys that change no number (src/run_vocab.py).
     tag = {"override_dirname": {"exclude_keys": list(OVERRIDE_TAG_EXCLUDES)}}
-    ConfigStore.instance().store(name=DEFAULTS_NODE,
-                                 node={**defaults, "hydra": {"job": {"config": tag}}})
+    store.store(name=DEFAULTS_NODE, node={**defaults, "hydra": {"job": {"config": tag}}})
+    for objective in METHODS:
+        store.store(group=METHOD_DEFAULTS_GROUP, name=objective, node=method_defaults(objective))
     OmegaConf.register_new_resolver("settings_help", settings_help, replace=True)  # --help
 
 

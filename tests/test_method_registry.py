@@ -1,5 +1,5 @@
-"""One definition per method: its dataclass holds the defaults, its yaml repeats them,
-nothing else in the code names a method, and old run dirs still read."""
+"""One definition per method: its dataclass holds the defaults, its yaml only what differs
+from them, nothing else in the code names a method, and old run dirs still read."""
 
 from __future__ import annotations
 
@@ -11,20 +11,98 @@ import pytest
 import yaml
 
 from src.algorithms import METHODS
-from src.config import validate_method
+from src.config import method_defaults, validate_method
 from src.integrations._common import available_methods, load_method_yaml
 from tests.conftest import REPO, compose
 
 SRC = REPO / "src"
 
 
+# Every conf/method label's whole method section, as published, written here and not read from
+# the code, so that a changed default (the dataclass) or yaml value fails. Sources: docs/methods.md's
+# table, and each parameter's `source=` in src/algorithms/methods/.
+CLIP = {"dual_clip_c": None}  # no dual-clip unless a recipe runs one
+BAPO_PAPER = {"rho0": 0.4, "low_start": 0.6, "low_max": 0.9,  # BAPO paper section 5.1: rho0,
+              "high_start": 1.2, "high_max": 3.0,  # c_low in [0.6, 0.9], c_high in [1.2, 3.0],
+              "high_step": 0.05, "low_step": 0.02,  # steps delta1 = 0.05, delta2 = 0.02
+              "contribution": "gradient", "weights": "uniform", "order": "paper",  # Algorithm 1
+              "search": "fast", "dual_clip_c": None}
+PUBLISHED = {
+    # the paper's GRPO baseline, eps = 0.2
+    "ppo": ("ppo", "token-mean", {"c_low": 0.8, "c_high": 1.2, **CLIP}),
+    # the paper's Fig. 7 asymmetric clips
+    "clip_0.5_1.2": ("ppo", "token-mean", {"c_low": 0.5, "c_high": 1.2, **CLIP}),
+    "clip_0.8_1.5": ("ppo", "token-mean", {"c_low": 0.8, "c_high": 1.5, **CLIP}),
+    # DAPO (arXiv 2503.14476): eps_low 0.2, eps_high 0.28
+    "clip_higher": ("clip_higher", "token-mean", {"c_low": 0.8, "c_high": 1.28, **CLIP}),
+    # arXiv 2506.01939: DAPO's clip, the top 20% tokens by entropy
+    "top_entropy": ("top_entropy", "token-mean",
+                    {"c_low": 0.8, "c_high": 1.28, **CLIP, "q": 0.2, "scope": "minibatch"}),
+    "bapo": ("bapo", "token-mean", BAPO_PAPER),
+    "bapo_value": ("bapo", "token-mean", {**BAPO_PAPER, "contribution": "value"}),  # literal Eq. 8
+    # the official verl recipe (WooooDyy/BAPO recipe/bapo): target 0.5, value contribution,
+    # c_low first, [0.6, 0.8] and [1.2, 2.0], steps 0.05, verl's dual-clip 3.0
+    "bapo_official": ("bapo", "token-mean", {
+        "rho0": 0.5, "low_start": 0.6, "low_max": 0.8, "high_start": 1.2, "high_max": 2.0,
+        "high_step": 0.05, "low_step": 0.05, "contribution": "value", "weights": "uniform",
+        "order": "official", "search": "fast", "dual_clip_c": 3.0}),
+    # arXiv 2507.18071 Eq. 5 and its experiments: 3e-4 and 4e-4, per-response mean
+    "gspo": ("gspo", "seq-mean-token-mean", {"eps_low": 3e-4, "eps_high": 4e-4}),
+    # arXiv 2506.13585 section 3.1 (no lower bound: a large eps_low); verl's CISPO example
+    "cispo": ("cispo", "token-mean", {"eps_low": 10.0, "eps_high": 0.2}),
+    # arXiv 2510.01161, the authors' run script: M2_budget=0.04
+    "m2po": ("m2po", "token-mean", {"budget": 0.04}),
+    # arXiv 2505.22617 and the authors' recipe: clip [1 - 1, 1 + 1], r = 2e-4, omega (1, 5)
+    "clip_cov": ("clip_cov", "token-mean",
+                 {"c_low": 0.0, "c_high": 2.0, **CLIP, "ratio": 2e-4, "lb": 1.0, "ub": 5.0}),
+    # arXiv 2505.22617: k = 2e-3 (Qwen2.5-7B), beta = 1
+    "kl_cov": ("kl_cov", "token-mean", {"ratio": 2e-3, "coef": 1.0}),
+}
+
+
+def test_every_method_label_is_published():
+    assert sorted(PUBLISHED) == available_methods()
+
+
 @pytest.mark.parametrize("objective", sorted(METHODS))
-def test_every_method_has_its_yaml_with_the_dataclass_defaults(objective):
-    # conf/method/<objective>.yaml is the method at its defaults: the dataclass is the one
-    # place they are defined, and the yaml (read by --cfg job) must not drift from it.
+def test_every_method_has_its_yaml_and_its_dataclass_holds_the_published_defaults(objective):
+    # The dataclass is the one place of an objective's defaults; they are the published ones
+    label_objective, aggregation, params = PUBLISHED[objective]
+    assert label_objective == objective
+    assert dataclasses.asdict(METHODS[objective].Params()) == params
+    # conf/method/<objective>.yaml pulls them in first (Hydra's method_defaults/<objective>)
     raw = yaml.safe_load((REPO / "conf" / "method" / f"{objective}.yaml").read_text())
+    assert raw["defaults"] == [f"/method_defaults/{objective}@_here_", "_self_"]
     assert raw["objective"] == objective and raw["name"] == objective
-    assert raw[objective] == dataclasses.asdict(METHODS[objective].Params())
+
+
+@pytest.mark.parametrize("label", sorted(PUBLISHED))
+def test_every_method_yaml_composes_to_the_published_values(label):
+    objective, aggregation, params = PUBLISHED[label]
+    expected = {"name": label, "objective": objective, "aggregation": aggregation, objective: params}
+    assert load_method_yaml(label) == expected  # the plugs' reader
+    composed = compose([f"method={label}"]).method.to_container()  # Hydra, as src.run
+    composed.pop("traits")
+    assert composed == expected
+
+
+@pytest.mark.parametrize("label", available_methods())
+def test_every_method_yaml_holds_only_what_differs(label):
+    # from what its defaults list pulls in: the objective's dataclass, or a parent yaml
+    raw = yaml.safe_load((REPO / "conf" / "method" / f"{label}.yaml").read_text())
+    first, *rest = raw.pop("defaults")
+    assert rest == ["_self_"]
+    if first.startswith("/method_defaults/"):
+        base = method_defaults(first.removeprefix("/method_defaults/").removesuffix("@_here_"))
+    else:
+        base = load_method_yaml(first)
+    assert raw["name"] == label
+    for key, value in raw.items():
+        if key == raw.get("objective", base["objective"]) and isinstance(value, dict):
+            same = {k: v for k, v in value.items() if base[key].get(k) == v}
+            assert same == {}, f"conf/method/{label}.yaml repeats {key}: {same}"
+        elif key not in ("name", "objective"):
+            assert base[key] != value, f"conf/method/{label}.yaml repeats {key}: {value}"
 
 
 @pytest.mark.parametrize("objective", sorted(METHODS))

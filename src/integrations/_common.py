@@ -9,6 +9,7 @@ resolves it: conf/method/<name>.yaml is loaded and checked with `src.config.vali
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from src.algorithms import build_method
+from src.algorithms import METHODS, build_method
 
 METHOD_CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "method"
 
@@ -44,8 +45,15 @@ def available_methods() -> list[str]:
     return sorted(p.stem for p in METHOD_CONF_DIR.glob("*.yaml"))
 
 
+# A defaults entry naming an objective's dataclass defaults, as conf/method/<objective>.yaml
+# lists it first: `/method_defaults/<objective>@_here_` (src/config.py register_defaults).
+_DEFAULTS_ENTRY = re.compile(r"/method_defaults/(?P<objective>\w+)@_here_")
+
+
 def load_method_yaml(name: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    """conf/method/<name>.yaml with its Hydra `defaults:` (other method files) merged in."""
+    """conf/method/<name>.yaml with its Hydra `defaults:` merged in: other method files, and
+    an objective's dataclass defaults (`/method_defaults/<objective>@_here_`), as Hydra
+    composes them for `python -m src.run`."""
     path = METHOD_CONF_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ValueError(f"method {name!r} has no conf/method/{name}.yaml; "
@@ -59,6 +67,14 @@ def load_method_yaml(name: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
     for entry in defaults:
         if entry == "_self_":
             merged, self_merged = OmegaConf.merge(merged, raw), True
+        elif isinstance(entry, str) and (node := _DEFAULTS_ENTRY.fullmatch(entry)):
+            from src.config import method_defaults  # late: the config imports the registry
+
+            objective = node["objective"]
+            if objective not in METHODS:
+                raise ValueError(f"conf/method/{name}.yaml: {entry!r} names no objective; "
+                                 f"known objectives: {sorted(METHODS)}")
+            merged = OmegaConf.merge(merged, method_defaults(objective))
         elif isinstance(entry, str):
             merged = OmegaConf.merge(merged, load_method_yaml(entry, (*_seen, name)))
         else:

@@ -1,7 +1,8 @@
 """The method registry: one module per method, found and registered on import.
 
 Adding a method is one module here (its `Params` and `Method` subclass, decorated with
-`@register`), one `conf/method/<name>.yaml` and one test; nothing else names it. Modules
+`@register`), one `conf/method/<name>.yaml` (only what differs from the module's defaults,
+which it pulls in as Hydra's `method_defaults/<name>`) and one test; nothing else names it. Modules
 whose names start with `_` hold shared parts, not methods.
 """
 
