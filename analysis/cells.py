@@ -75,7 +75,7 @@ def _method_defaults_key(name: str) -> str | None:
     # late: the method registry (torch) only when labels need it. The yaml with its
     # defaults list followed (the objective's dataclass defaults, a parent method's file),
     # as `--cfg job` prints the method section
-    from src.integrations._common import load_method_yaml
+    from src.method_yaml import load_method_yaml
 
     cfg = load_method_yaml(name)
     params = {k[len("method."):]: v for k, v in numeric_config({"method": cfg}).items()

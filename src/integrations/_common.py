@@ -9,18 +9,14 @@ resolves it: conf/method/<name>.yaml is loaded and checked with `src.config.vali
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import OmegaConf
 
-from src.algorithms import METHODS, build_method
-
-METHOD_CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "method"
+from src.algorithms import build_method
+from src.method_yaml import METHOD_CONF_DIR, available_methods, load_method_yaml  # noqa: F401 - the plugs' API
 
 
 @dataclass(frozen=True)
@@ -38,50 +34,6 @@ class ResolvedMethod:
         m = self.method_config
         return build_method(m.objective, m.params, aggregation=aggregation or m.aggregation,
                             norm_length=self.norm_length if norm_length is None else norm_length)
-
-
-def available_methods() -> list[str]:
-    """Method labels with a yaml in conf/method/ (the project's one place for methods)."""
-    return sorted(p.stem for p in METHOD_CONF_DIR.glob("*.yaml"))
-
-
-# A defaults entry naming an objective's dataclass defaults, as conf/method/<objective>.yaml
-# lists it first: `/method_defaults/<objective>@_here_` (src/config.py register_defaults).
-_DEFAULTS_ENTRY = re.compile(r"/method_defaults/(?P<objective>\w+)@_here_")
-
-
-def load_method_yaml(name: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    """conf/method/<name>.yaml with its Hydra `defaults:` merged in: other method files, and
-    an objective's dataclass defaults (`/method_defaults/<objective>@_here_`), as Hydra
-    composes them for `python -m src.run`."""
-    path = METHOD_CONF_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise ValueError(f"method {name!r} has no conf/method/{name}.yaml; "
-                         f"known methods: {available_methods()}")
-    if name in _seen:
-        raise ValueError(f"conf/method defaults form a cycle: {' -> '.join((*_seen, name))}")
-    raw = yaml.safe_load(path.read_text()) or {}
-    defaults = raw.pop("defaults", None) or []
-    merged = OmegaConf.create({})
-    self_merged = False
-    for entry in defaults:
-        if entry == "_self_":
-            merged, self_merged = OmegaConf.merge(merged, raw), True
-        elif isinstance(entry, str) and (node := _DEFAULTS_ENTRY.fullmatch(entry)):
-            from src.config import method_defaults  # late: the config imports the registry
-
-            objective = node["objective"]
-            if objective not in METHODS:
-                raise ValueError(f"conf/method/{name}.yaml: {entry!r} names no objective; "
-                                 f"known objectives: {sorted(METHODS)}")
-            merged = OmegaConf.merge(merged, method_defaults(objective))
-        elif isinstance(entry, str):
-            merged = OmegaConf.merge(merged, load_method_yaml(entry, (*_seen, name)))
-        else:
-            raise ValueError(f"conf/method/{name}.yaml: unsupported defaults entry {entry!r}")
-    if not self_merged:
-        merged = OmegaConf.merge(merged, raw)
-    return OmegaConf.to_container(merged, resolve=True)
 
 
 def resolve_method(method: str | Mapping[str, Any], overrides: Mapping[str, Any] | None = None,
