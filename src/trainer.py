@@ -40,32 +40,33 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from src.algorithms import Decision, PolicyLossOutput, group_advantages, update_metrics
+from src.algorithms import Decision, PolicyLossOutput, update_metrics
 from src.algorithms._checks import NonFiniteError
 from src.algorithms.drift import drift_metrics, ratio_histogram
 from src.checkpoint import TrainState, save_checkpoint
 from src.config import Config
+from src.generation import Generation
 from src.policy import response_logprobs
-from src.records import concat_columns, rollout_record, step_readings, token_columns, update_means
+from src.records import (
+    concat_columns,
+    rollout_record,
+    step_readings,
+    step_without_data,
+    token_columns,
+    update_means,
+)
 from src.rollout import Rollout, RolloutBackend
 from src.schedule import (
-    InFlight,
-    Partial,
     StoredRollout,
     TrainingSet,
     anchored,
     build_source,
     capped_share,
     minibatch_count,
-    minibatch_size,
     needs_proximal,
     passes_per_rollout,
-    responses_rollout,
-    rollout_prompts,
     split_rows,
-    stale_prefix,
 )
-from src.tasks.rewards import assign_rewards
 from src.telemetry import RunWriter
 
 
@@ -105,8 +106,8 @@ class MiniBatch:
 
     @property
     def loss_mask(self) -> Tensor:
-        """The response tokens the loss and its metrics read (partial rollouts can keep a
-        stale prefix out); the attention always sees every response token."""
+        """The response tokens the loss and its metrics read (a source may keep some out,
+        `StoredRollout.loss_keep`); the attention always sees every response token."""
         mask = self.data.response_mask
         return mask if self.loss_keep is None else mask & self.loss_keep
 
@@ -136,14 +137,14 @@ class Trainer:
         self.source = build_source(cfg.offpolicy)
         self.log_tokens = True
         self._version = 0  # optimizer steps applied before the current update
-        off = cfg.offpolicy
-        if off.anchor != "coupled" and (off.source == "fresh" or (off.source == "delay" and off.delay == 0)):
-            print(f"[offpolicy] anchor={off.anchor}: every step trains on data its own start "
+        anchor = cfg.offpolicy.anchor
+        if anchor != "coupled" and self.source.on_policy:
+            print(f"[offpolicy] anchor={anchor}: every step trains on data its own start "
                   "weights generated, so the proximal policy is the behaviour policy and this "
                   "run equals anchor=coupled", flush=True)
 
     def schedule_state(self) -> dict:
-        """What a checkpoint carries for the source: its queue or buffer, with stored log-probs."""
+        """What a checkpoint carries for the source (the data it holds, with stored log-probs)."""
         return self.source.state_dict()
 
     def load_schedule_state(self, state: dict | None) -> None:
@@ -159,107 +160,11 @@ class Trainer:
         """The seed of a method's random decision (clip_cov's draw) at one update."""
         return (self._step_seed(step) + 104_729 * (update + 1)) % (2**31 - 1)
 
-    def _sample(self, slot: int, state: TrainState, max_new_tokens: int) -> tuple[list, Rollout]:
-        """The next problems (as many as a rollout holds), sampled by the current weights
-        with the seed of `slot`."""
-        cfg = self.cfg
-        n_prompts = rollout_prompts(cfg.train)
-        problems = [self.task.problem(state.task_position + i) for i in range(n_prompts)]
-        state.task_position += n_prompts
-        self.backend.sync_weights(self.model)
-        roll = self.backend.generate([self.format_prompt(p.prompt) for p in problems],
-                                     num_samples=cfg.train.group_size, max_new_tokens=max_new_tokens,
-                                     temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                     seed=self._step_seed(slot))
-        return problems, roll
-
-    def _stored(self, slot: int, state: TrainState, data: Rollout, scores: Tensor, version: int,
-                **behaviour) -> StoredRollout:
-        """A scored rollout with its rewards (drawn by `slot` under task.reward=random) and
-        group advantages, ready to be stored."""
-        cfg = self.cfg
-        rewards = assign_rewards(cfg.task.reward, scores, seed=cfg.seed, step=slot, p=cfg.task.reward_p)
-        adv = group_advantages(rewards, cfg.train.group_size, scale_by_std=cfg.train.advantage_std_norm)
-        return StoredRollout(slot, version, state.step, data, rewards, scores, adv.advantages,
-                             adv.degenerate_groups, adv.num_groups, **behaviour)
-
-    def _generate(self, slot: int, state: TrainState) -> StoredRollout:
-        """Sample, score and reward the rollout of `slot` with the current weights."""
-        problems, roll = self._sample(slot, state, self.cfg.rollout.max_new_tokens)
-        scores = torch.tensor([self.task.score(problems[g], text)
-                               for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
-        return self._stored(slot, state, roll, scores, state.policy_version)
-
-    def _generate_partial(self, state: TrainState) -> StoredRollout | None:
-        """Partial rollouts: start this step's groups and continue every unfinished response,
-        each by at most `offpolicy.token_budget` tokens under the current weights; score the
-        new tokens with these weights; return the groups that ended (None if none did)."""
-        cfg, source, step = self.cfg, self.source, state.step
-        budget, limit = cfg.offpolicy.token_budget, cfg.rollout.max_new_tokens
-        eos = self.tokenizer.eos_token_id
-        carried = [r for r in source.responses if not r.done]
-        problems, roll = self._sample(step, state, min(budget, limit))
-        touched = []
-        for i in range(roll.size):
-            g, n = int(roll.group_ids[i]), int(roll.lengths()[i])
-            r = InFlight(step, g, problems[g], roll.prompt_ids[i][roll.prompt_mask[i]])
-            r.tokens, r.sampler_logp = roll.response_ids[i, :n].tolist(), roll.sampler_logp[i, :n].tolist()
-            touched.append((r, 0))
-            source.responses.append(r)
-        if carried:
-            caps = [min(budget, limit - len(r.tokens)) for r in carried]
-            new = self.backend.continue_responses([r.context() for r in carried], caps,
-                                                  temperature=cfg.rollout.temperature,
-                                                  top_p=cfg.rollout.top_p, seed=self._step_seed(step) + 3)
-            for r, (tokens, logps) in zip(carried, new, strict=True):
-                touched.append((r, len(r.tokens)))
-                r.tokens += tokens
-                r.sampler_logp += logps
-        # The new tokens' behaviour log-probs, by the weights that generated them.
-        width = minibatch_size_of(cfg)
-        with torch.no_grad():
-            for start in range(0, len(touched), width):
-                part = touched[start:start + width]
-                scored, _ = responses_rollout([r for r, _ in part], self.tokenizer.pad_token_id,
-                                              [""] * len(part), per_token=False)
-                logp, entropy = self._score(scored)
-                for row, (r, begin) in enumerate(part):
-                    r.logp_behavior += logp[row, begin:len(r.tokens)].tolist()
-                    r.entropy_behavior += entropy[row, begin:len(r.tokens)].tolist()
-                    r.version += [state.policy_version] * (len(r.tokens) - begin)
-                    r.done = (bool(r.tokens) and r.tokens[-1] == eos) or len(r.tokens) >= limit
-        ended = [r for group in source.completed_groups() for r in group]
-        if not ended:
-            return None
-        texts = self.tokenizer.batch_decode([r.tokens for r in ended], skip_special_tokens=True)
-        data, per_token = responses_rollout(ended, self.tokenizer.pad_token_id, texts)
-        scores = torch.tensor([self.task.score(r.problem, text) for r, text in zip(ended, texts, strict=True)])
-        version = per_token["token_version"]
-        stored = self._stored(step, state, data, scores, int(version[data.response_mask].min()),
-                              logp_behavior=per_token["logp_behavior"],
-                              entropy_behavior=per_token["entropy_behavior"], token_version=version)
-        if cfg.offpolicy.mask_stale_prefix:
-            stored.loss_keep = ~stale_prefix(version, data.response_mask)
-        mask = data.response_mask
-        stored.readings = step_readings([stored.entropy_behavior[mask]],
-                                        [(data.sampler_logp - stored.logp_behavior)[mask].abs()])
-        return stored
-
-    def _store_behaviour_now(self, stored: StoredRollout) -> None:
-        """The behaviour pass of a rollout trained at a later step, by the weights that just
-        generated it, on the exact mini-batch tensors it will be trained on (its split is
-        that of the step it is trained at, `stored.slot`)."""
-        parts = split_rows(stored.size, minibatch_count(self.cfg.train), self._step_seed(stored.slot),
-                           self._split_groups(stored.data))
-        entropies, gaps = [], []
-        with torch.no_grad():
-            for rows in parts:
-                data = stored.data.select(rows)
-                logp, entropy = self._score(data)
-                stored.store_behaviour(rows, logp, entropy)
-                entropies.append(entropy.cpu()[data.response_mask])
-                gaps.append((data.sampler_logp - logp.cpu())[data.response_mask].abs())
-        stored.readings = step_readings(entropies, gaps)
+    def _generation(self, state: TrainState) -> Generation:
+        """What the source may ask for at this step: rollouts by the current weights."""
+        return Generation(self.cfg, self.task, self.tokenizer, self.backend, self.model,
+                          self.format_prompt, self._score, self._step_seed, self._split_groups,
+                          state)
 
     def _training_batches(self, training: TrainingSet, step: int, state: TrainState
                           ) -> list[MiniBatch]:
@@ -510,27 +415,17 @@ class Trainer:
     def train_step(self, state: TrainState) -> dict:
         cfg, step = self.cfg, state.step
         t_step = time.perf_counter()
-        time_rollout = time_behavior = 0.0
-        for slot in self.source.early_slots(step):  # delay: the queue's first slots
-            t0 = time.perf_counter()
-            early = self._generate(slot, state)
-            t1 = time.perf_counter()
-            self._store_behaviour_now(early)
-            self.source.push_early(early)
-            time_rollout, time_behavior = time_rollout + t1 - t0, time_behavior + time.perf_counter() - t1
+        gen = self._generation(state)
+        data = self.source.next(gen)  # the step's training data, from wherever it comes
+        time_behavior = gen.time_behavior
+        time_rollout = time.perf_counter() - t_step - time_behavior
+        if data is None:  # the source has nothing to train on yet: the step only generated
+            record = {**step_without_data(step), **self.source.telemetry(step, []),
+                      "time_rollout_s": time_rollout, "time_step_s": time.perf_counter() - t_step}
+            self.writer.log_step(record)
+            return record
+        generated, trained = data.generated, data.trained
         t0 = time.perf_counter()
-        if isinstance(self.source, Partial):
-            generated = self._generate_partial(state)
-            time_rollout += time.perf_counter() - t0
-            if generated is None:  # no group ended this step: nothing to train on
-                return self._idle_step(step, t_step, time_rollout)
-        else:
-            generated = self._generate(self.source.generated_slot(step), state)
-            time_rollout += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        trained = self.source.trained(step, generated, seed=self._step_seed(step) + 2)
-        if not any(r is generated for r in trained):
-            self._store_behaviour_now(generated)
         training = TrainingSet(trained)
         batches = self._training_batches(training, step, state)
         time_behavior += time.perf_counter() - t0
@@ -577,18 +472,6 @@ class Trainer:
         self.writer.log_step(record)
         return record
 
-    def _idle_step(self, step: int, t_step: float, time_rollout: float) -> dict:
-        """A partial-rollout step at which no group ended: generation only, no update."""
-        record = {"step": step, "reward_mean": None, "accuracy": None, "num_groups": 0,
-                  "degenerate_groups": 0, "entropy_mean": None, **update_means([]),
-                  **self._partial_record(), "time_rollout_s": time_rollout,
-                  "time_step_s": time.perf_counter() - t_step}
-        self.writer.log_step(record)
-        return record
-
-    def _partial_record(self) -> dict:
-        return {"in_flight_responses": len(self.source.responses)} if isinstance(self.source, Partial) else {}
-
     def _token_sample(self, size: int, step: int) -> Tensor:
         frac = self.cfg.logger.token_fraction
         if frac >= 1.0:
@@ -625,11 +508,7 @@ class Trainer:
                                 degenerate_groups=generated.degenerate_groups,
                                 num_groups=generated.num_groups, **readings)
         record.update(update_means(updates))
-        record.update(self._partial_record())
-        if self.cfg.offpolicy.source != "fresh":
-            record.update(rollout_slots=[r.slot for r in training.rollouts],
-                          rollout_ages=[step - r.generated_at for r in training.rollouts],
-                          rollout_versions=[r.version for r in training.rollouts])
+        record.update(self.source.telemetry(step, training.rollouts))
         return record
 
     # -- the loop -------------------------------------------------------------------
@@ -659,17 +538,12 @@ class Trainer:
         return state
 
     def _postfix(self, record: dict) -> dict:
-        if record.get("reward_mean") is None:  # a partial-rollout step at which no group ended
-            return {"in flight": record.get("in_flight_responses")}
+        if record.get("reward_mean") is None:  # a step without training data
+            return self.source.telemetry(record["step"], [])
         post = {"reward": f"{record['reward_mean']:.2f}", "H": f"{record['entropy_mean']:.3f}"}
         if record.get("c_low") is not None and record.get("c_high") is not None:
             post.update(c_low=f"{record['c_low']:.2f}", c_high=f"{record['c_high']:.2f}")
         return post
-
-
-def minibatch_size_of(cfg: Config) -> int:
-    """Rows per behaviour pass over partial responses: the update's mini-batch size."""
-    return cfg.train.micro_batch_size or minibatch_size(cfg.train)
 
 
 def _rows(data: Rollout, rows: slice) -> Rollout:
