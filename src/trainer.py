@@ -319,7 +319,7 @@ class Trainer:
                           state)
 
     def _step_seed(self, step: int) -> int:
-        # Each step's randomness depends only on (seed, step): a resume restores no RNG state.
+        # Each step's randomness depends only on (seed, step): a resume needs no earlier draws.
         return (self.cfg.seed * 1_000_003 + step * 7_919) % (2**31 - 1)
 
     def _update_seed(self, step: int, update: int) -> int:
