@@ -23,7 +23,8 @@ def test_the_trainer_and_the_config_name_no_source():
     named = re.compile(rf"""["']({names})["']|\b({classes}|InFlight)\b|isinstance\(self\.source""")
     for path in (SRC / "trainer.py", SRC / "config.py", SRC / "generation.py"):
         hits = [f"{path.name}:{i}: {line.strip()}"
-                for i, line in enumerate(path.read_text().splitlines(), 1) if named.search(line.replace('setting("fresh"', ""))]
+                for i, line in enumerate(path.read_text().splitlines(), 1)
+                if named.search(line.replace('setting("fresh"', ""))]
         assert hits == [], path
 
 

@@ -20,7 +20,8 @@ from src.schedule.stored import StoredRollout, TrainingSet, concat_rollouts
 from src.updates import minibatch_count, passes_per_rollout, updates_per_rollout
 
 __all__ = [
-    "ANCHORS", "SOURCES", "WEIGHT_RULES", "capped_share", "STALENESS_MODES", "Source", "StepData", "StoredRollout", "TrainingSet", "anchored",
-    "behaviour_weight", "build_source", "concat_rollouts", "minibatch_count", "minibatch_size",
-    "needs_proximal", "passes_per_rollout", "rollout_prompts", "split_rows", "updates_per_rollout",
+    "ANCHORS", "SOURCES", "STALENESS_MODES", "WEIGHT_RULES", "Source", "StepData",
+    "StoredRollout", "TrainingSet", "anchored", "behaviour_weight", "build_source",
+    "capped_share", "concat_rollouts", "minibatch_count", "minibatch_size", "needs_proximal",
+    "passes_per_rollout", "rollout_prompts", "split_rows", "updates_per_rollout",
 ]

@@ -30,7 +30,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from src.config_fields import check_fields
+from src.config_fields import ConfigError, check_fields
 from src.schedule.stored import StoredRollout
 
 SOURCES: dict[str, type[Source]] = {}
@@ -68,14 +68,24 @@ class StepData:
 
 
 class Generation(Protocol):
-    """What a source may ask for at one step (src/generation.py implements it)."""
+    """What a source may ask for at one step (src/generation.py implements it): the config,
+    task and tokenizer, the step and the current weights' version, the step's seeds, a
+    slot's rollout (sampled, scored, rewarded), the behaviour pass of a rollout a later step
+    trains on, and the parts a source that generates otherwise builds on."""
 
+    cfg: Any
+    task: Any
+    tokenizer: Any
     step: int
     version: int
 
     def seed(self, offset: int) -> int: ...
     def rollout(self, slot: int) -> StoredRollout: ...
     def behaviour_now(self, stored: StoredRollout) -> None: ...
+    def sample(self, slot: int, max_new_tokens: int) -> tuple[list, Any]: ...
+    def continue_responses(self, contexts: list, caps: list[int], seed: int) -> list: ...
+    def score(self, data: Any) -> tuple[Any, Any]: ...
+    def reward(self, slot: int, data: Any, scores: Any, version: int, **stored) -> StoredRollout: ...
 
 
 def rollout_fields(step: int, trained: list[StoredRollout]) -> dict[str, list[int]]:
@@ -128,8 +138,6 @@ def checked_params(offpolicy, cfg) -> SourceParams:
     """The chosen source's parameters from the flat `offpolicy` section: a key of another
     source is an error, a null takes its default, then each field's check and the source's
     own. The defaults are written back, so config.yaml holds what the run used."""
-    from src.config_fields import ConfigError
-
     for name, other in SOURCES.items():
         for key in param_names(other):
             if name != offpolicy.source and getattr(offpolicy, key) is not None:

@@ -63,7 +63,8 @@ class PartialParams(SourceParams):
 @register
 class Partial(Source):
     name = "partial"
-    help = "on the groups whose responses all ended this step, each response continued by at most `token_budget` tokens a step"
+    help = ("on the groups whose responses all ended this step, each response continued by "
+            "at most `token_budget` tokens a step")
     rank = 3
     Params = PartialParams
 

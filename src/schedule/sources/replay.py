@@ -24,7 +24,8 @@ class ReplayParams(SourceParams):
 @register
 class Replay(Source):
     name = "replay"
-    help = "on the fresh one plus `replay_draws` drawn from a buffer of the last `replay_capacity` rollouts"
+    help = ("on the fresh one plus `replay_draws` drawn from a buffer of the last "
+            "`replay_capacity` rollouts")
     rank = 2
     Params = ReplayParams
 
