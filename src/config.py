@@ -38,7 +38,7 @@ from src.config_fields import (
 from src.model_dtypes import MODEL_DTYPES
 from src.run_vocab import SHARED_METHOD_KEYS
 from src.schedule.anchors import ANCHORS, WEIGHT_RULES
-from src.schedule.sources import DELAY_STARTS, SOURCES
+from src.schedule.sources import SOURCES, checked_params, offpolicy_fields
 from src.schedule.split import SPLITS, STALENESS_MODES, minibatch_size
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -191,21 +191,15 @@ class TrainConfig:
     threads: int = setting(2, "torch CPU threads", at_least(1))
 
 
-# Keys that belong to one source only; set under another they are a config error.
-SOURCE_KEYS = {"delay": ("delay", "delay_start"), "replay": ("replay_capacity", "replay_draws"),
-               "partial": ("token_budget", "mask_stale_prefix")}
-REPLAY_DEFAULTS = {"replay_capacity": 4, "replay_draws": 1}
-
-
 @dataclass
-class OffPolicyConfig:
+class _OffPolicyShared:
     """Where each step's training data comes from, and which policy the ratio is taken
-    against (src/schedule/). The default, fresh + coupled, is the paper's staleness."""
+    against (src/schedule/). The default, fresh + coupled, is the paper's staleness. Each
+    source's own keys (offpolicy.delay, ...) are its `Params` (src/schedule/sources/), added
+    below as flat fields."""
 
-    source: str = setting("fresh", "fresh: train on the rollout generated this step | delay: on "
-                          "the one generated `delay` steps ago (M2PO's queue) | replay: on the "
-                          "fresh one plus `replay_draws` drawn from a buffer of the last "
-                          "`replay_capacity` rollouts | partial", one_of(SOURCES))
+    source: str = setting("fresh", " | ".join(f"{name}: {cls.help}" for name, cls in SOURCES.items()),
+                          one_of(SOURCES))
     anchor: str = setting("coupled", "coupled: r = pi/pi_behaviour | recompute: r = "
                           "pi/pi_step_start | decoupled (AReaL): clip pi/pi_step_start, times the "
                           "behaviour weight pi_step_start/pi_behaviour cut at weight_cap", one_of(ANCHORS))
@@ -219,19 +213,12 @@ class OffPolicyConfig:
                                "weight_cap: mask (weight 0, still counted in the token mean; "
                                "AReaL's default) | clamp (weight = weight_cap; verl's truncated IS, "
                                "AReaL's action=clamp)", one_of(WEIGHT_RULES))
-    delay: int | None = setting(None, "delay only: K steps between generating a rollout and "
-                                "training on it (lag in updates: K*k .. K*k+k-1)")
-    delay_start: str | None = setting(None, "delay only: where the queue's first K steps get "
-                                      "their data: initial (null; rollouts of the initial weights, "
-                                      "made before step 0, as M2PO's queue) | fresh (step t < K "
-                                      "trains on a rollout its own weights just made, on-policy; "
-                                      "the lag jumps to K steps at step K)")
-    replay_capacity: int | None = setting(None, "replay only: rollouts kept (null: 4)")
-    replay_draws: int | None = setting(None, "replay only: rollouts drawn per step (null: 1)")
-    token_budget: int | None = setting(None, "partial only: new tokens a response may get per "
-                                       "step (unfinished ones continue next step)")
-    mask_stale_prefix: bool | None = setting(None, "partial only: true keeps tokens older than "
-                                             "the response's last segment out of the loss (null: false)")
+
+
+OffPolicyConfig = dataclasses.make_dataclass("OffPolicyConfig", offpolicy_fields(),
+                                             bases=(_OffPolicyShared,))
+OffPolicyConfig.__module__ = __name__
+OffPolicyConfig.__doc__ = _OffPolicyShared.__doc__
 
 
 @dataclass
@@ -374,46 +361,6 @@ def _check_train(t: TrainConfig) -> None:
              f"must be two values in [0, 1), got {list(t.betas)}")
 
 
-def _check_offpolicy(o: OffPolicyConfig) -> None:
-    """Which keys belong to the chosen source, and the source's own defaults."""
-    for source, keys in SOURCE_KEYS.items():
-        for key in keys:
-            if source != o.source and getattr(o, key) is not None:
-                raise ConfigError(f"offpolicy.{key} belongs to offpolicy.source={source}, but the "
-                                  f"source is {o.source}; drop offpolicy.{key} or set "
-                                  f"offpolicy.source={source}")
-    if o.source == "delay":
-        _require(o.delay is not None, "offpolicy.delay",
-                 "must be set with offpolicy.source=delay: the steps between generating a "
-                 "rollout and training on it (0 = fresh)")
-        _require(o.delay >= 0, "offpolicy.delay", f"must be >= 0 (steps of lag), got {o.delay}")
-        _require(o.delay_start in (None, *DELAY_STARTS), "offpolicy.delay_start",
-                 f"must be one of {list(DELAY_STARTS)} (or null: initial), got {o.delay_start!r}")
-    if o.source == "replay":
-        for key, default in REPLAY_DEFAULTS.items():
-            if getattr(o, key) is None:
-                setattr(o, key, default)
-        _require(o.replay_capacity >= 1, "offpolicy.replay_capacity",
-                 f"must be >= 1, got {o.replay_capacity}")
-        _require(o.replay_draws >= 0, "offpolicy.replay_draws", f"must be >= 0, got {o.replay_draws}")
-        _require(o.replay_draws <= o.replay_capacity, "offpolicy.replay_draws",
-                 f"is {o.replay_draws}: that draws more rollouts than the buffer holds "
-                 f"(offpolicy.replay_capacity={o.replay_capacity}); draw at most that many")
-
-
-def _check_partial(c: Config) -> None:
-    o = c.offpolicy
-    if o.source != "partial":
-        return
-    _require(o.token_budget is not None, "offpolicy.token_budget",
-             "must be set with offpolicy.source=partial: the new tokens a response may get per step")
-    _require(o.token_budget >= 1, "offpolicy.token_budget", f"must be >= 1, got {o.token_budget}")
-    if o.mask_stale_prefix is None:
-        o.mask_stale_prefix = False
-    _require(c.rollout.backend == "hf", "offpolicy.source",
-             "=partial continues responses on the hf rollout engine only; use rollout=hf")
-
-
 def _check_rest(c: Config) -> None:
     """The model's path and shape, and the registries' names (task, reward)."""
     if c.model.kind == "hf":
@@ -494,8 +441,7 @@ def validate(cfg: DictConfig | dict) -> Config:
     _check_method(config.method)
     check_fields(config, "")
     _check_train(config.train)
-    _check_offpolicy(config.offpolicy)
-    _check_partial(config)
+    checked_params(config.offpolicy, config)  # the source's own keys and checks
     _check_rest(config)
     return config
 

@@ -73,6 +73,13 @@ def update_means(updates: list[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def step_without_data(step: int) -> dict[str, Any]:
+    """The record of a step whose source had nothing to train on (it only generated): no
+    rollout trained, no update."""
+    return {"step": step, "reward_mean": None, "accuracy": None, "num_groups": 0,
+            "degenerate_groups": 0, "entropy_mean": None, **update_means([])}
+
+
 def step_readings(entropies: list[Tensor], sampler_gaps: list[Tensor]) -> dict[str, float | None]:
     """The step record's entropy_mean and sampler_logp_gap from the generated rollout's
     response tokens, given per mini-batch (concatenated in that order, then averaged)."""

@@ -1,4 +1,10 @@
-"""The training loop: rollout -> reward -> advantages -> behaviour pass -> k updates.
+"""The training loop: the source's data -> behaviour pass -> k updates -> records.
+
+Each step asks the off-policy source (`offpolicy.source`, src/schedule/sources/) for its
+training data; the source generates through `src.generation.Generation` (rollout, reward,
+advantages) and the trainer never asks which source it is. Read top to bottom: `run`,
+`train_step`, its data (`_training_batches`), one update (`_update`, its gradient in
+`_backward`), the forwards.
 
 One step of staleness k makes k optimizer updates from one rollout; update j uses data j
 optimizer steps stale. `train.staleness_mode` says how the rollout is split: `minibatch`
@@ -40,32 +46,33 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from src.algorithms import Decision, PolicyLossOutput, group_advantages, update_metrics
+from src.algorithms import Decision, PolicyLossOutput, update_metrics
 from src.algorithms._checks import NonFiniteError
 from src.algorithms.drift import drift_metrics, ratio_histogram
 from src.checkpoint import TrainState, save_checkpoint
 from src.config import Config
+from src.generation import Generation
 from src.policy import response_logprobs
-from src.records import concat_columns, rollout_record, step_readings, token_columns, update_means
+from src.records import (
+    concat_columns,
+    rollout_record,
+    step_readings,
+    step_without_data,
+    token_columns,
+    update_means,
+)
 from src.rollout import Rollout, RolloutBackend
 from src.schedule import (
-    InFlight,
-    Partial,
     StoredRollout,
     TrainingSet,
     anchored,
     build_source,
     capped_share,
     minibatch_count,
-    minibatch_size,
     needs_proximal,
     passes_per_rollout,
-    responses_rollout,
-    rollout_prompts,
     split_rows,
-    stale_prefix,
 )
-from src.tasks.rewards import assign_rewards
 from src.telemetry import RunWriter
 
 
@@ -105,8 +112,8 @@ class MiniBatch:
 
     @property
     def loss_mask(self) -> Tensor:
-        """The response tokens the loss and its metrics read (partial rollouts can keep a
-        stale prefix out); the attention always sees every response token."""
+        """The response tokens the loss and its metrics read (a source may keep some out,
+        `StoredRollout.loss_keep`); the attention always sees every response token."""
         mask = self.data.response_mask
         return mask if self.loss_keep is None else mask & self.loss_keep
 
@@ -136,130 +143,188 @@ class Trainer:
         self.source = build_source(cfg.offpolicy)
         self.log_tokens = True
         self._version = 0  # optimizer steps applied before the current update
-        off = cfg.offpolicy
-        if off.anchor != "coupled" and (off.source == "fresh" or (off.source == "delay" and off.delay == 0)):
-            print(f"[offpolicy] anchor={off.anchor}: every step trains on data its own start "
+        anchor = cfg.offpolicy.anchor
+        if anchor != "coupled" and self.source.on_policy:
+            print(f"[offpolicy] anchor={anchor}: every step trains on data its own start "
                   "weights generated, so the proximal policy is the behaviour policy and this "
                   "run equals anchor=coupled", flush=True)
 
     def schedule_state(self) -> dict:
-        """What a checkpoint carries for the source: its queue or buffer, with stored log-probs."""
+        """What a checkpoint carries for the source (the data it holds, with stored log-probs)."""
         return self.source.state_dict()
 
     def load_schedule_state(self, state: dict | None) -> None:
         if state:
             self.source.load_state_dict(state)
 
-    # -- one step -------------------------------------------------------------------
+    # -- the loop ----------------------------------------------------------------------
+
+    def run(self, state: TrainState, progress: bool = True) -> TrainState:
+        from tqdm.auto import tqdm
+
+        cfg = self.cfg
+        if state.step == 0 and self.evaluate is not None:
+            self.writer.log_eval(self.evaluate(0))
+        bar = tqdm(total=cfg.train.steps, initial=state.step, disable=not progress,
+                   desc=f"{cfg.method.name} {cfg.experiment.name}", dynamic_ncols=True)
+        while state.step < cfg.train.steps:
+            t0 = time.perf_counter()
+            record = self.train_step(state)
+            state.step += 1
+            done = state.step
+            if self.evaluate is not None and (done % cfg.eval.every == 0 or done == cfg.train.steps):
+                self.writer.log_eval(self.evaluate(done))
+            state.wall_time_s += time.perf_counter() - t0
+            if done % cfg.checkpoint.every == 0 or done == cfg.train.steps:
+                save_checkpoint(self.checkpoint_dir, state, self.model, self.optimizer,
+                                self.scheduler, cfg.checkpoint.keep, schedule=self.schedule_state())
+            self.writer.set_status("running")
+            bar.set_postfix(self._postfix(record), refresh=False)
+            bar.update(1)
+        bar.close()
+        return state
+
+    def _postfix(self, record: dict) -> dict:
+        if record.get("reward_mean") is None:  # a step without training data
+            return self.source.telemetry(record["step"], [])
+        post = {"reward": f"{record['reward_mean']:.2f}", "H": f"{record['entropy_mean']:.3f}"}
+        if record.get("c_low") is not None and record.get("c_high") is not None:
+            post.update(c_low=f"{record['c_low']:.2f}", c_high=f"{record['c_high']:.2f}")
+        return post
+
+    # -- one step: the source's data, its mini-batches, k updates, the records ---------
+
+    def train_step(self, state: TrainState) -> dict:
+        """The source's data for this step, its mini-batches (with the behaviour pass of the
+        rows the current weights generated), `train.epochs` passes of one `_update` per
+        mini-batch, then the step record."""
+        cfg, step = self.cfg, state.step
+        t_step = time.perf_counter()
+        gen = self._generation(state)
+        data = self.source.next(gen)  # the step's training data, from wherever it comes
+        time_behavior = gen.time_behavior
+        time_rollout = time.perf_counter() - t_step - time_behavior
+        if data is None:  # the source has nothing to train on yet: the step only generated
+            record = {**step_without_data(step), **self.source.telemetry(step, []),
+                      "time_rollout_s": time_rollout, "time_step_s": time.perf_counter() - t_step}
+            self.writer.log_step(record)
+            return record
+        generated, trained = data.generated, data.trained
+        t0 = time.perf_counter()
+        training = TrainingSet(trained)
+        batches = self._training_batches(training, step, state)
+        time_behavior += time.perf_counter() - t0
+        keep_rows = self._token_sample(training.size, step)
+
+        updates, token_parts, time_update, time_telemetry, applied = [], [], 0.0, 0.0, 0
+        self.model.train()
+        for epoch in range(passes_per_rollout(cfg.train)):
+            for j, mb in enumerate(batches):
+                t0 = time.perf_counter()
+                update_index = epoch * len(batches) + j
+                self._version = state.policy_version
+                on_policy = applied == 0 and mb.logp_start is not None
+                record, out, logp, entropy = self._update(
+                    mb, on_policy=on_policy, seed=self._update_seed(step, update_index))
+                dt = time.perf_counter() - t0
+                time_update += dt
+                record.update(step=step, update=update_index, global_update=state.global_update,
+                              time_update_s=dt)
+                if record.get("policy_lag") is None:  # a skipped update: no drift readings
+                    record["policy_lag"] = float(self._lag(mb).double().mean())
+                state.global_update += 1
+                if record["skipped"]:
+                    self._bad_update(state, record)
+                else:
+                    applied += 1
+                    state.policy_version += 1
+                    state.consecutive_bad_updates = 0
+                t0 = time.perf_counter()
+                self.writer.log_update(record)
+                if self.log_tokens and out is not None and bool(keep_rows.any()):
+                    token_parts.append(self._token_columns(step, update_index, mb, out, logp,
+                                                           entropy, keep_rows))
+                time_telemetry += time.perf_counter() - t0
+                updates.append(record)
+        t0 = time.perf_counter()
+        if token_parts:
+            self.writer.write_tokens(step, concat_columns(token_parts))
+        time_telemetry += time.perf_counter() - t0
+        record = self._step_record(step, generated, training, batches, updates)
+        record.update(time_rollout_s=time_rollout, time_behavior_s=time_behavior,
+                      time_update_s=time_update, time_telemetry_s=time_telemetry,
+                      time_step_s=time.perf_counter() - t_step)
+        self.writer.log_step(record)
+        return record
+
+    def _step_record(self, step: int, generated: StoredRollout, training: TrainingSet,
+                     batches: list[MiniBatch], updates: list[dict]) -> dict:
+        """The rollout generated this step (the current policy's samples: reward, accuracy,
+        lengths, its entropy), the ages of the rollouts trained on, the updates' means."""
+        readings = generated.readings
+        if not readings:  # trained this step: its behaviour pass ran in the mini-batches
+            mine = [(mb, (training.owner[mb.rows] == 0)) for mb in batches]
+            readings = step_readings(
+                [mb.entropy_behavior.cpu()[rows][mb.data.response_mask[rows]] for mb, rows in mine],
+                [(mb.data.sampler_logp[rows] - mb.logp_behavior.cpu()[rows])[mb.data.response_mask[rows]].abs()
+                 for mb, rows in mine])
+            generated.readings = readings
+        record = rollout_record(step, generated.rewards, generated.scores >= 1.0,  # the verifier's
+                                generated.data.lengths(), generated.advantages,
+                                degenerate_groups=generated.degenerate_groups,
+                                num_groups=generated.num_groups, **readings)
+        record.update(update_means(updates))
+        record.update(self.source.telemetry(step, training.rollouts))
+        return record
+
+    def _token_sample(self, size: int, step: int) -> Tensor:
+        frac = self.cfg.logger.token_fraction
+        if frac >= 1.0:
+            return torch.ones(size, dtype=torch.bool)
+        gen = torch.Generator().manual_seed(self._step_seed(step) + 1)
+        return torch.rand(size, generator=gen) < frac
+
+    def _bad_update(self, state: TrainState, record: dict) -> None:
+        state.consecutive_bad_updates += 1
+        state.skipped_updates += 1
+        print(f"[numeric] step {record['step']} update {record['update']}: skipped "
+              f"({record['skip_reason']}); {state.consecutive_bad_updates} in a row, "
+              f"{state.skipped_updates} in total", flush=True)
+        if state.consecutive_bad_updates >= self.cfg.train.max_bad_updates:
+            raise NumericFault(
+                f"{state.consecutive_bad_updates} consecutive bad updates (last at step "
+                f"{record['step']} update {record['update']}: {record['skip_reason']}); "
+                f"stopping. The last good checkpoint is kept in {self.checkpoint_dir}")
+
+    def _token_columns(self, step: int, update: int, mb: MiniBatch, out: PolicyLossOutput,
+                       logp: Tensor, entropy: Tensor, keep_rows: Tensor) -> dict[str, np.ndarray]:
+        return token_columns(
+            step=step, update=update, select=mb.data.response_mask & keep_rows[mb.rows][:, None],
+            response_ids=mb.rows, group_ids=mb.data.group_ids, token_ids=mb.data.response_ids,
+            logp_behavior=mb.logp_behavior, logp_sampler=mb.data.sampler_logp, logp=logp,
+            ratio=out.ratio, advantages=mb.advantages, entropy=entropy, clip_state=out.clip_state,
+            in_loss=out.in_loss, c_low=out.c_low, c_high=out.c_high, rewards=mb.rewards,
+            lengths=mb.data.lengths(), policy_version=mb.version, lag=self._lag(mb))
+
+    def _lag(self, mb: MiniBatch) -> Tensor:
+        """[b, T] lag in optimizer updates of each token at the current update."""
+        return self._version - mb.version
+
+    # -- the step's data: generation and mini-batches with their behaviour log-probs ---
+
+    def _generation(self, state: TrainState) -> Generation:
+        """What the source may ask for at this step: rollouts by the current weights."""
+        return Generation(self.cfg, self.task, self.tokenizer, self.backend, self.model,
+                          self.format_prompt, self._score, self._step_seed, self._split_groups,
+                          state)
+
     def _step_seed(self, step: int) -> int:
-        # Each step's randomness depends only on (seed, step): resume needs no RNG replay.
+        # Each step's randomness depends only on (seed, step): a resume needs no earlier draws.
         return (self.cfg.seed * 1_000_003 + step * 7_919) % (2**31 - 1)
 
     def _update_seed(self, step: int, update: int) -> int:
         """The seed of a method's random decision (clip_cov's draw) at one update."""
         return (self._step_seed(step) + 104_729 * (update + 1)) % (2**31 - 1)
-
-    def _sample(self, slot: int, state: TrainState, max_new_tokens: int) -> tuple[list, Rollout]:
-        """The next problems (as many as a rollout holds), sampled by the current weights
-        with the seed of `slot`."""
-        cfg = self.cfg
-        n_prompts = rollout_prompts(cfg.train)
-        problems = [self.task.problem(state.task_position + i) for i in range(n_prompts)]
-        state.task_position += n_prompts
-        self.backend.sync_weights(self.model)
-        roll = self.backend.generate([self.format_prompt(p.prompt) for p in problems],
-                                     num_samples=cfg.train.group_size, max_new_tokens=max_new_tokens,
-                                     temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                     seed=self._step_seed(slot))
-        return problems, roll
-
-    def _stored(self, slot: int, state: TrainState, data: Rollout, scores: Tensor, version: int,
-                **behaviour) -> StoredRollout:
-        """A scored rollout with its rewards (drawn by `slot` under task.reward=random) and
-        group advantages, ready to be stored."""
-        cfg = self.cfg
-        rewards = assign_rewards(cfg.task.reward, scores, seed=cfg.seed, step=slot, p=cfg.task.reward_p)
-        adv = group_advantages(rewards, cfg.train.group_size, scale_by_std=cfg.train.advantage_std_norm)
-        return StoredRollout(slot, version, state.step, data, rewards, scores, adv.advantages,
-                             adv.degenerate_groups, adv.num_groups, **behaviour)
-
-    def _generate(self, slot: int, state: TrainState) -> StoredRollout:
-        """Sample, score and reward the rollout of `slot` with the current weights."""
-        problems, roll = self._sample(slot, state, self.cfg.rollout.max_new_tokens)
-        scores = torch.tensor([self.task.score(problems[g], text)
-                               for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
-        return self._stored(slot, state, roll, scores, state.policy_version)
-
-    def _generate_partial(self, state: TrainState) -> StoredRollout | None:
-        """Partial rollouts: start this step's groups and continue every unfinished response,
-        each by at most `offpolicy.token_budget` tokens under the current weights; score the
-        new tokens with these weights; return the groups that ended (None if none did)."""
-        cfg, source, step = self.cfg, self.source, state.step
-        budget, limit = cfg.offpolicy.token_budget, cfg.rollout.max_new_tokens
-        eos = self.tokenizer.eos_token_id
-        carried = [r for r in source.responses if not r.done]
-        problems, roll = self._sample(step, state, min(budget, limit))
-        touched = []
-        for i in range(roll.size):
-            g, n = int(roll.group_ids[i]), int(roll.lengths()[i])
-            r = InFlight(step, g, problems[g], roll.prompt_ids[i][roll.prompt_mask[i]])
-            r.tokens, r.sampler_logp = roll.response_ids[i, :n].tolist(), roll.sampler_logp[i, :n].tolist()
-            touched.append((r, 0))
-            source.responses.append(r)
-        if carried:
-            caps = [min(budget, limit - len(r.tokens)) for r in carried]
-            new = self.backend.continue_responses([r.context() for r in carried], caps,
-                                                  temperature=cfg.rollout.temperature,
-                                                  top_p=cfg.rollout.top_p, seed=self._step_seed(step) + 3)
-            for r, (tokens, logps) in zip(carried, new, strict=True):
-                touched.append((r, len(r.tokens)))
-                r.tokens += tokens
-                r.sampler_logp += logps
-        # The new tokens' behaviour log-probs, by the weights that generated them.
-        width = minibatch_size_of(cfg)
-        with torch.no_grad():
-            for start in range(0, len(touched), width):
-                part = touched[start:start + width]
-                scored, _ = responses_rollout([r for r, _ in part], self.tokenizer.pad_token_id,
-                                              [""] * len(part), per_token=False)
-                logp, entropy = self._score(scored)
-                for row, (r, begin) in enumerate(part):
-                    r.logp_behavior += logp[row, begin:len(r.tokens)].tolist()
-                    r.entropy_behavior += entropy[row, begin:len(r.tokens)].tolist()
-                    r.version += [state.policy_version] * (len(r.tokens) - begin)
-                    r.done = (bool(r.tokens) and r.tokens[-1] == eos) or len(r.tokens) >= limit
-        ended = [r for group in source.completed_groups() for r in group]
-        if not ended:
-            return None
-        texts = self.tokenizer.batch_decode([r.tokens for r in ended], skip_special_tokens=True)
-        data, per_token = responses_rollout(ended, self.tokenizer.pad_token_id, texts)
-        scores = torch.tensor([self.task.score(r.problem, text) for r, text in zip(ended, texts, strict=True)])
-        version = per_token["token_version"]
-        stored = self._stored(step, state, data, scores, int(version[data.response_mask].min()),
-                              logp_behavior=per_token["logp_behavior"],
-                              entropy_behavior=per_token["entropy_behavior"], token_version=version)
-        if cfg.offpolicy.mask_stale_prefix:
-            stored.loss_keep = ~stale_prefix(version, data.response_mask)
-        mask = data.response_mask
-        stored.readings = step_readings([stored.entropy_behavior[mask]],
-                                        [(data.sampler_logp - stored.logp_behavior)[mask].abs()])
-        return stored
-
-    def _store_behaviour_now(self, stored: StoredRollout) -> None:
-        """The behaviour pass of a rollout trained at a later step, by the weights that just
-        generated it, on the exact mini-batch tensors it will be trained on (its split is
-        that of the step it is trained at, `stored.slot`)."""
-        parts = split_rows(stored.size, minibatch_count(self.cfg.train), self._step_seed(stored.slot),
-                           self._split_groups(stored.data))
-        entropies, gaps = [], []
-        with torch.no_grad():
-            for rows in parts:
-                data = stored.data.select(rows)
-                logp, entropy = self._score(data)
-                stored.store_behaviour(rows, logp, entropy)
-                entropies.append(entropy.cpu()[data.response_mask])
-                gaps.append((data.sampler_logp - logp.cpu())[data.response_mask].abs())
-        stored.readings = step_readings(entropies, gaps)
 
     def _training_batches(self, training: TrainingSet, step: int, state: TrainState
                           ) -> list[MiniBatch]:
@@ -325,6 +390,174 @@ class Trainer:
             logp, entropy = self._score(data)
         return logp.detach(), entropy, (logp, entropy)
 
+    def _rollout_decision(self, batches: list[MiniBatch], seed: int) -> None:
+        """The method's decision once over the whole rollout, from the behaviour pass: its
+        mini-batches stacked in order (padded to the longest), each given its rows."""
+        length = max(mb.logp_behavior.shape[1] for mb in batches)
+
+        def stacked(tensors: list[Tensor]) -> Tensor:
+            return torch.cat([torch.nn.functional.pad(t, (0, length - t.shape[1])) for t in tensors])
+
+        device = batches[0].logp_behavior.device
+        logp = stacked([mb.logp_old for mb in batches])
+        mask = stacked([mb.loss_mask.to(device) for mb in batches])
+        adv = stacked([mb.advantages.to(device)[:, None].expand_as(mb.logp_behavior) for mb in batches])
+        entropy = stacked([mb.entropy_behavior for mb in batches])
+        decision = self.method.decide(self.method.decision_inputs(logp, logp, adv, mask, entropy, seed))
+        start = 0
+        for mb in batches:
+            rows, t = mb.logp_behavior.shape
+            mb.decision, start = decision.take(slice(start, start + rows), t), start + rows
+
+    # -- one update --------------------------------------------------------------------
+
+    def _update(self, mb: MiniBatch, on_policy: bool = False, seed: int = 0
+                ) -> tuple[dict, object | None, Tensor | None, Tensor | None]:
+        """One optimizer update on one mini-batch, top to bottom as in CleanRL: the gradient
+        of the method's loss, a skip on a non-finite number, the norm clip, the step; then
+        the update's metrics. Returns (record, loss output, logp, entropy).
+
+        `on_policy`: no optimizer step since the behaviour pass (the weights are unchanged);
+        `seed`: for a method's random decision.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        done = self._backward(mb, on_policy, seed)  # forward, decision, loss, backward
+        out, logp, entropy = done.out, done.logp, done.entropy
+        if done.skip_reason is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+            return {"skipped": True, "skip_reason": done.skip_reason}, out, logp, entropy
+        # clip_grad_norm_ returns the norm before clipping
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                         self.cfg.train.grad_clip))
+        record = self._update_record(mb, out, logp, entropy, grad_norm)
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            record.update(skipped=True, skip_reason="non-finite grad norm", grad_norm=None)
+            return record, out, logp, entropy
+        self.optimizer.step()
+        self.scheduler.step()
+        record.update(skipped=False, skip_reason=None)
+        if self.cfg.logger.entropy_change and record.get("entropy_mean") is not None:
+            record.update(self._entropy_after(mb, record["entropy_mean"]))
+        return record, out, logp, entropy
+
+    def _backward(self, mb: MiniBatch, on_policy: bool = False, seed: int = 0) -> UpdatePass:
+        """The gradient of the mini-batch's loss, accumulated into the parameters' .grad.
+
+        Top to bottom: the method's decision over the whole mini-batch (BAPO's bounds,
+        top_entropy's tokens, ...), then per micro-batch a forward, the loss and its
+        backward, then the whole mini-batch's loss output (value, ratios, clip states) for
+        the metrics. The micro-batches (`train.micro_batch_size`; one without it) hold the
+        activations of one micro-batch at a time and give exactly the whole mini-batch's
+        gradient: each loss is divided by the whole mini-batch's denominator, and each
+        micro-batch gets its part of the one decision (`Decision.take`). What saves work
+        without changing a number:
+        - `_reuse_behaviour_forward`: update 0 backpropagates through mini-batch 0's
+          behaviour forward instead of running it again (one forward fewer a step);
+        - in one pass the method decides on the loss's own forward, and with micro-batches
+          `_whole_batch_decision` reuses the behaviour pass's numbers at an update with no
+          optimizer step since it (one no-grad pass fewer).
+        """
+        method, device = self.method, mb.logp_behavior.device
+        mask, adv, weight = mb.loss_mask.to(device), mb.advantages.to(device), mb.token_weight
+        micro_batches = self._micro_slices(mb.data.size)
+        one_pass = len(micro_batches) == 1
+        try:  # a decision taken once per rollout, or now over the whole mini-batch
+            decision = mb.decision or (None if one_pass else
+                                       self._whole_batch_decision(mb, mask, adv, on_policy, seed))
+        except NonFiniteError as e:
+            return UpdatePass(None, None, None, f"non-finite input: {e}")
+        denominator = None if one_pass else method.denominator(mask, decision)
+        logp_all = torch.zeros(mask.shape, dtype=mb.logp_behavior.dtype, device=device)
+        entropy_all = torch.zeros_like(logp_all)
+        finite = True
+        for rows in micro_batches:
+            data = mb.data if one_pass else _rows(mb.data, rows)
+            if not (one_pass or bool(data.response_mask.any())):
+                continue  # no response token: nothing to score, no gradient
+            t = data.response_ids.shape[1]
+            # After a non-finite loss no gradient is needed, only the numbers for telemetry.
+            with torch.set_grad_enabled(finite and torch.is_grad_enabled()):
+                logp, entropy = self._reuse_behaviour_forward(mb) or response_logprobs(self.model, data)
+                try:
+                    decision = decision or self._decide(mb, logp, entropy, mask, adv, seed)
+                    out = method.loss(logp, mb.logp_old[rows, :t], adv[rows], mask[rows, :t],
+                                      decision.take(rows, t), denominator=denominator,
+                                      token_weight=None if weight is None else weight[rows, :t])
+                except NonFiniteError as e:
+                    return UpdatePass(None, None, None, f"non-finite input: {e}")
+                finite = finite and bool(torch.isfinite(out.loss))
+                if finite and out.loss.requires_grad:
+                    out.loss.backward()
+            if one_pass:  # its output is the whole mini-batch's
+                return UpdatePass(out, logp, entropy, None if finite else "non-finite loss")
+            logp_all[rows, :t], entropy_all[rows, :t] = logp.detach(), entropy
+            del logp, entropy, out  # this micro-batch's graph and logits go here
+        with torch.no_grad():  # the whole mini-batch's loss value and token states
+            out = method.loss(logp_all, mb.logp_old, adv, mask, decision, token_weight=weight)
+        return UpdatePass(out, logp_all, entropy_all, None if finite else "non-finite loss")
+
+    @staticmethod
+    def _reuse_behaviour_forward(mb: MiniBatch) -> tuple[Tensor, Tensor] | None:
+        """Mini-batch 0's behaviour forward, run with grad for update 0 (`_behaviour_pass`):
+        handed over once, then dropped; None otherwise."""
+        kept, mb.policy_pass = mb.policy_pass, None
+        return kept
+
+    def _whole_batch_decision(self, mb: MiniBatch, mask: Tensor, adv: Tensor, on_policy: bool,
+                              seed: int) -> Decision:
+        """The decision on the whole mini-batch, taken once before its micro-batches'
+        gradient passes and then held fixed across them."""
+        if not self.method.decides:
+            return Decision()
+        if on_policy:
+            # This step's pass scored these same micro-batches with these same weights:
+            # its numbers are the current policy's, bit for bit, so no second pass.
+            scored = mb.logp_start is not None
+            logp = mb.logp_start if scored else mb.logp_behavior
+            entropy = mb.entropy_start if scored else mb.entropy_behavior
+        else:
+            with torch.no_grad():
+                logp, entropy = self._score(mb.data, with_entropy=self.method.needs_entropy)
+        return self._decide(mb, logp, entropy, mask, adv, seed)
+
+    def _decide(self, mb: MiniBatch, logp: Tensor, entropy: Tensor | None, mask: Tensor,
+                adv: Tensor, seed: int) -> Decision:
+        """The method's decision on the whole mini-batch's current numbers (detached)."""
+        if not self.method.decides:
+            return Decision()
+        return self.method.decide(self.method.decision_inputs(
+            logp, mb.logp_old, adv, mask, entropy, seed))
+
+    def _update_record(self, mb: MiniBatch, out: PolicyLossOutput, logp: Tensor,
+                       entropy: Tensor, grad_norm: float) -> dict:
+        """The update's metrics: the method's (clip fractions, ...), the loss and the gradient's
+        norm, the ratio histogram, the data's drift from its behaviour policy."""
+        mask = mb.loss_mask
+        metrics = update_metrics(out, mb.advantages, mask, logp, entropy)
+        record = {**metrics, "loss": float(out.loss.detach()), "grad_norm": grad_norm,
+                  "grad_clipped": grad_norm > self.cfg.train.grad_clip}
+        record.update(ratio_histogram(out.ratio, mb.advantages, mask))
+        # the drift of the data (every response token, a masked stale prefix included)
+        response_mask = mb.data.response_mask.to(logp.device)
+        record.update(drift_metrics(logp, mb.logp_behavior, response_mask,
+                                    self._lag(mb).to(logp.device), mb.token_weight))
+        # what the behaviour weight's cap did (offpolicy.weight_rule masked or clamped these)
+        record["behav_weight_capped_frac"] = (
+            None if mb.token_weight is None else
+            capped_share(mb.logp_old, mb.logp_behavior, response_mask, self.cfg.offpolicy.weight_cap))
+        return record
+
+    @torch.no_grad()
+    def _entropy_after(self, mb: MiniBatch, before: float) -> dict:
+        """Mean entropy of the mini-batch's response tokens under the weights the step just
+        made, against `before` (the same tokens' mean in the update's own forward)."""
+        _, entropy = self._score(mb.data)
+        after = float(entropy.cpu()[mb.data.response_mask].double().mean())
+        return {"entropy_after": after, "entropy_change": after - before}
+
+    # -- forwards, one per micro-batch -------------------------------------------------
+
     def _micro_slices(self, size: int) -> list[slice]:
         """Rows of a mini-batch of `size` responses, one slice per forward/backward pass."""
         step = self.cfg.train.micro_batch_size or size
@@ -345,332 +578,6 @@ class Trainer:
             if with_entropy:
                 entropy[rows, :lp.shape[1]] = ent
         return logp, entropy
-
-    def _rollout_decision(self, batches: list[MiniBatch], seed: int) -> None:
-        """The method's decision once over the whole rollout, from the behaviour pass: its
-        mini-batches stacked in order (padded to the longest), each given its rows."""
-        length = max(mb.logp_behavior.shape[1] for mb in batches)
-
-        def stacked(tensors: list[Tensor]) -> Tensor:
-            return torch.cat([torch.nn.functional.pad(t, (0, length - t.shape[1])) for t in tensors])
-
-        device = batches[0].logp_behavior.device
-        logp = stacked([mb.logp_old for mb in batches])
-        mask = stacked([mb.loss_mask.to(device) for mb in batches])
-        adv = stacked([mb.advantages.to(device)[:, None].expand_as(mb.logp_behavior) for mb in batches])
-        entropy = stacked([mb.entropy_behavior for mb in batches])
-        decision = self.method.decide(self.method.decision_inputs(logp, logp, adv, mask, entropy, seed))
-        start = 0
-        for mb in batches:
-            rows, t = mb.logp_behavior.shape
-            mb.decision, start = decision.take(slice(start, start + rows), t), start + rows
-
-    def _update(self, mb: MiniBatch, on_policy: bool = False, seed: int = 0
-                ) -> tuple[dict, object | None, Tensor | None, Tensor | None]:
-        """One optimizer update; returns (record, loss output, logp, entropy).
-
-        `on_policy`: no optimizer step since the behaviour pass (the weights are unchanged);
-        `seed`: for a method's random decision.
-        """
-        self.optimizer.zero_grad(set_to_none=True)
-        done = self._backward(mb, on_policy, seed)
-        out, logp, entropy = done.out, done.logp, done.entropy
-        if done.skip_reason is not None:
-            self.optimizer.zero_grad(set_to_none=True)
-            return {"skipped": True, "skip_reason": done.skip_reason}, out, logp, entropy
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
-                                                         self.cfg.train.grad_clip))
-        mask = mb.loss_mask
-        metrics = update_metrics(out, mb.advantages, mask, logp, entropy)
-        record = {**metrics, "loss": float(out.loss.detach()), "grad_norm": grad_norm,
-                  # clip_grad_norm_ returns the norm before clipping
-                  "grad_clipped": grad_norm > self.cfg.train.grad_clip}
-        record.update(ratio_histogram(out.ratio, mb.advantages, mask))
-        # the drift of the data (every response token, a masked stale prefix included)
-        response_mask = mb.data.response_mask.to(logp.device)
-        record.update(drift_metrics(logp, mb.logp_behavior, response_mask,
-                                    self._lag(mb).to(logp.device), mb.token_weight))
-        # what the behaviour weight's cap did (offpolicy.weight_rule masked or clamped these)
-        record["behav_weight_capped_frac"] = (
-            None if mb.token_weight is None else
-            capped_share(mb.logp_old, mb.logp_behavior, response_mask, self.cfg.offpolicy.weight_cap))
-        if not math.isfinite(grad_norm):
-            self.optimizer.zero_grad(set_to_none=True)
-            record.update(skipped=True, skip_reason="non-finite grad norm", grad_norm=None)
-            return record, out, logp, entropy
-        self.optimizer.step()
-        self.scheduler.step()
-        record.update(skipped=False, skip_reason=None)
-        if self.cfg.logger.entropy_change and record.get("entropy_mean") is not None:
-            record.update(self._entropy_after(mb, record["entropy_mean"]))
-        return record, out, logp, entropy
-
-    @torch.no_grad()
-    def _entropy_after(self, mb: MiniBatch, before: float) -> dict:
-        """Mean entropy of the mini-batch's response tokens under the weights the step just
-        made, against `before` (the same tokens' mean in the update's own forward)."""
-        _, entropy = self._score(mb.data)
-        after = float(entropy.cpu()[mb.data.response_mask].double().mean())
-        return {"entropy_after": after, "entropy_change": after - before}
-
-    def _backward(self, mb: MiniBatch, on_policy: bool = False, seed: int = 0) -> UpdatePass:
-        """Accumulate the gradient of the mini-batch's loss into the parameters' .grad, one
-        forward/backward per micro-batch; the result is that of one pass over the whole."""
-        method = self.method
-        device = mb.logp_behavior.device
-        mask, adv = mb.loss_mask.to(device), mb.advantages.to(device)
-        parts = self._micro_slices(mb.data.size)
-        if len(parts) == 1:
-            if mb.policy_pass is not None:  # the behaviour pass's forward, with its graph
-                (logp, entropy), mb.policy_pass = mb.policy_pass, None
-            else:
-                logp, entropy = response_logprobs(self.model, mb.data)
-            try:
-                decision = mb.decision or self._decide(mb, logp, entropy, mask, adv, seed)
-                out = method.loss(logp, mb.logp_old, adv, mask, decision,
-                                  token_weight=mb.token_weight)
-            except NonFiniteError as e:
-                return UpdatePass(None, None, None, f"non-finite input: {e}")
-            if not torch.isfinite(out.loss):
-                return UpdatePass(out, logp, entropy, "non-finite loss")
-            out.loss.backward()
-            return UpdatePass(out, logp, entropy)
-
-        try:
-            decision = mb.decision or self._whole_batch_decision(mb, mask, adv, on_policy, seed)
-        except NonFiniteError as e:
-            return UpdatePass(None, None, None, f"non-finite input: {e}")
-        denominator = method.denominator(mask, decision)
-        weight = mb.token_weight
-        logp_all = torch.zeros(mask.shape, dtype=mb.logp_behavior.dtype, device=device)
-        entropy_all = torch.zeros_like(logp_all)
-        finite = True
-        for rows in parts:
-            data = _rows(mb.data, rows)
-            if not bool(data.response_mask.any()):
-                continue  # no response token: nothing to score, no gradient
-            t = data.response_ids.shape[1]
-            # After a non-finite loss no gradient is needed, only the numbers for telemetry.
-            with torch.set_grad_enabled(finite and torch.is_grad_enabled()):
-                logp, entropy = response_logprobs(self.model, data)
-                logp_all[rows, :t], entropy_all[rows, :t] = logp.detach(), entropy
-                try:
-                    out = method.loss(logp, mb.logp_old[rows, :t], adv[rows], mask[rows, :t],
-                                      decision.take(rows, t), denominator=denominator,
-                                      token_weight=None if weight is None else weight[rows, :t])
-                except NonFiniteError as e:
-                    return UpdatePass(None, None, None, f"non-finite input: {e}")
-                finite = finite and bool(torch.isfinite(out.loss))
-                if finite and out.loss.requires_grad:
-                    out.loss.backward()
-            del logp, entropy, out  # this micro-batch's graph and logits go here
-        with torch.no_grad():  # the whole mini-batch's loss value and token states
-            out = method.loss(logp_all, mb.logp_old, adv, mask, decision, token_weight=weight)
-        return UpdatePass(out, logp_all, entropy_all, None if finite else "non-finite loss")
-
-    def _decide(self, mb: MiniBatch, logp: Tensor, entropy: Tensor | None, mask: Tensor,
-                adv: Tensor, seed: int) -> Decision:
-        """The method's decision on the whole mini-batch's current numbers (detached)."""
-        if not self.method.decides:
-            return Decision()
-        return self.method.decide(self.method.decision_inputs(
-            logp, mb.logp_old, adv, mask, entropy, seed))
-
-    def _whole_batch_decision(self, mb: MiniBatch, mask: Tensor, adv: Tensor, on_policy: bool,
-                              seed: int) -> Decision:
-        """The decision on the whole mini-batch, taken once before its micro-batches'
-        gradient passes and then held fixed across them."""
-        if not self.method.decides:
-            return Decision()
-        if on_policy:
-            # This step's pass scored these same micro-batches with these same weights:
-            # its numbers are the current policy's, bit for bit, so no second pass.
-            scored = mb.logp_start is not None
-            logp = mb.logp_start if scored else mb.logp_behavior
-            entropy = mb.entropy_start if scored else mb.entropy_behavior
-        else:
-            with torch.no_grad():
-                logp, entropy = self._score(mb.data, with_entropy=self.method.needs_entropy)
-        return self._decide(mb, logp, entropy, mask, adv, seed)
-
-    def _token_columns(self, step: int, update: int, mb: MiniBatch, out: PolicyLossOutput,
-                       logp: Tensor, entropy: Tensor, keep_rows: Tensor) -> dict[str, np.ndarray]:
-        return token_columns(
-            step=step, update=update, select=mb.data.response_mask & keep_rows[mb.rows][:, None],
-            response_ids=mb.rows, group_ids=mb.data.group_ids, token_ids=mb.data.response_ids,
-            logp_behavior=mb.logp_behavior, logp_sampler=mb.data.sampler_logp, logp=logp,
-            ratio=out.ratio, advantages=mb.advantages, entropy=entropy, clip_state=out.clip_state,
-            in_loss=out.in_loss, c_low=out.c_low, c_high=out.c_high, rewards=mb.rewards,
-            lengths=mb.data.lengths(), policy_version=mb.version, lag=self._lag(mb))
-
-    def _lag(self, mb: MiniBatch) -> Tensor:
-        """[b, T] lag in optimizer updates of each token at the current update."""
-        return self._version - mb.version
-
-    def train_step(self, state: TrainState) -> dict:
-        cfg, step = self.cfg, state.step
-        t_step = time.perf_counter()
-        time_rollout = time_behavior = 0.0
-        for slot in self.source.early_slots(step):  # delay: the queue's first slots
-            t0 = time.perf_counter()
-            early = self._generate(slot, state)
-            t1 = time.perf_counter()
-            self._store_behaviour_now(early)
-            self.source.push_early(early)
-            time_rollout, time_behavior = time_rollout + t1 - t0, time_behavior + time.perf_counter() - t1
-        t0 = time.perf_counter()
-        if isinstance(self.source, Partial):
-            generated = self._generate_partial(state)
-            time_rollout += time.perf_counter() - t0
-            if generated is None:  # no group ended this step: nothing to train on
-                return self._idle_step(step, t_step, time_rollout)
-        else:
-            generated = self._generate(self.source.generated_slot(step), state)
-            time_rollout += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        trained = self.source.trained(step, generated, seed=self._step_seed(step) + 2)
-        if not any(r is generated for r in trained):
-            self._store_behaviour_now(generated)
-        training = TrainingSet(trained)
-        batches = self._training_batches(training, step, state)
-        time_behavior += time.perf_counter() - t0
-        keep_rows = self._token_sample(training.size, step)
-
-        updates, token_parts, time_update, time_telemetry, applied = [], [], 0.0, 0.0, 0
-        self.model.train()
-        for epoch in range(passes_per_rollout(cfg.train)):
-            for j, mb in enumerate(batches):
-                t0 = time.perf_counter()
-                update_index = epoch * len(batches) + j
-                self._version = state.policy_version
-                on_policy = applied == 0 and mb.logp_start is not None
-                record, out, logp, entropy = self._update(
-                    mb, on_policy=on_policy, seed=self._update_seed(step, update_index))
-                dt = time.perf_counter() - t0
-                time_update += dt
-                record.update(step=step, update=update_index, global_update=state.global_update,
-                              time_update_s=dt)
-                if record.get("policy_lag") is None:  # a skipped update: no drift readings
-                    record["policy_lag"] = float(self._lag(mb).double().mean())
-                state.global_update += 1
-                if record["skipped"]:
-                    self._bad_update(state, record)
-                else:
-                    applied += 1
-                    state.policy_version += 1
-                    state.consecutive_bad_updates = 0
-                t0 = time.perf_counter()
-                self.writer.log_update(record)
-                if self.log_tokens and out is not None and bool(keep_rows.any()):
-                    token_parts.append(self._token_columns(step, update_index, mb, out, logp,
-                                                           entropy, keep_rows))
-                time_telemetry += time.perf_counter() - t0
-                updates.append(record)
-        t0 = time.perf_counter()
-        if token_parts:
-            self.writer.write_tokens(step, concat_columns(token_parts))
-        time_telemetry += time.perf_counter() - t0
-        record = self._step_record(step, generated, training, batches, updates)
-        record.update(time_rollout_s=time_rollout, time_behavior_s=time_behavior,
-                      time_update_s=time_update, time_telemetry_s=time_telemetry,
-                      time_step_s=time.perf_counter() - t_step)
-        self.writer.log_step(record)
-        return record
-
-    def _idle_step(self, step: int, t_step: float, time_rollout: float) -> dict:
-        """A partial-rollout step at which no group ended: generation only, no update."""
-        record = {"step": step, "reward_mean": None, "accuracy": None, "num_groups": 0,
-                  "degenerate_groups": 0, "entropy_mean": None, **update_means([]),
-                  **self._partial_record(), "time_rollout_s": time_rollout,
-                  "time_step_s": time.perf_counter() - t_step}
-        self.writer.log_step(record)
-        return record
-
-    def _partial_record(self) -> dict:
-        return {"in_flight_responses": len(self.source.responses)} if isinstance(self.source, Partial) else {}
-
-    def _token_sample(self, size: int, step: int) -> Tensor:
-        frac = self.cfg.logger.token_fraction
-        if frac >= 1.0:
-            return torch.ones(size, dtype=torch.bool)
-        gen = torch.Generator().manual_seed(self._step_seed(step) + 1)
-        return torch.rand(size, generator=gen) < frac
-
-    def _bad_update(self, state: TrainState, record: dict) -> None:
-        state.consecutive_bad_updates += 1
-        state.skipped_updates += 1
-        print(f"[numeric] step {record['step']} update {record['update']}: skipped "
-              f"({record['skip_reason']}); {state.consecutive_bad_updates} in a row, "
-              f"{state.skipped_updates} in total", flush=True)
-        if state.consecutive_bad_updates >= self.cfg.train.max_bad_updates:
-            raise NumericFault(
-                f"{state.consecutive_bad_updates} consecutive bad updates (last at step "
-                f"{record['step']} update {record['update']}: {record['skip_reason']}); "
-                f"stopping. The last good checkpoint is kept in {self.checkpoint_dir}")
-
-    def _step_record(self, step: int, generated: StoredRollout, training: TrainingSet,
-                     batches: list[MiniBatch], updates: list[dict]) -> dict:
-        """The rollout generated this step (the current policy's samples: reward, accuracy,
-        lengths, its entropy), the ages of the rollouts trained on, the updates' means."""
-        readings = generated.readings
-        if not readings:  # trained this step: its behaviour pass ran in the mini-batches
-            mine = [(mb, (training.owner[mb.rows] == 0)) for mb in batches]
-            readings = step_readings(
-                [mb.entropy_behavior.cpu()[rows][mb.data.response_mask[rows]] for mb, rows in mine],
-                [(mb.data.sampler_logp[rows] - mb.logp_behavior.cpu()[rows])[mb.data.response_mask[rows]].abs()
-                 for mb, rows in mine])
-            generated.readings = readings
-        record = rollout_record(step, generated.rewards, generated.scores >= 1.0,  # the verifier's
-                                generated.data.lengths(), generated.advantages,
-                                degenerate_groups=generated.degenerate_groups,
-                                num_groups=generated.num_groups, **readings)
-        record.update(update_means(updates))
-        record.update(self._partial_record())
-        if self.cfg.offpolicy.source != "fresh":
-            record.update(rollout_slots=[r.slot for r in training.rollouts],
-                          rollout_ages=[step - r.generated_at for r in training.rollouts],
-                          rollout_versions=[r.version for r in training.rollouts])
-        return record
-
-    # -- the loop -------------------------------------------------------------------
-    def run(self, state: TrainState, progress: bool = True) -> TrainState:
-        from tqdm.auto import tqdm
-
-        cfg = self.cfg
-        if state.step == 0 and self.evaluate is not None:
-            self.writer.log_eval(self.evaluate(0))
-        bar = tqdm(total=cfg.train.steps, initial=state.step, disable=not progress,
-                   desc=f"{cfg.method.name} {cfg.experiment.name}", dynamic_ncols=True)
-        while state.step < cfg.train.steps:
-            t0 = time.perf_counter()
-            record = self.train_step(state)
-            state.step += 1
-            done = state.step
-            if self.evaluate is not None and (done % cfg.eval.every == 0 or done == cfg.train.steps):
-                self.writer.log_eval(self.evaluate(done))
-            state.wall_time_s += time.perf_counter() - t0
-            if done % cfg.checkpoint.every == 0 or done == cfg.train.steps:
-                save_checkpoint(self.checkpoint_dir, state, self.model, self.optimizer,
-                                self.scheduler, cfg.checkpoint.keep, schedule=self.schedule_state())
-            self.writer.set_status("running")
-            bar.set_postfix(self._postfix(record), refresh=False)
-            bar.update(1)
-        bar.close()
-        return state
-
-    def _postfix(self, record: dict) -> dict:
-        if record.get("reward_mean") is None:  # a partial-rollout step at which no group ended
-            return {"in flight": record.get("in_flight_responses")}
-        post = {"reward": f"{record['reward_mean']:.2f}", "H": f"{record['entropy_mean']:.3f}"}
-        if record.get("c_low") is not None and record.get("c_high") is not None:
-            post.update(c_low=f"{record['c_low']:.2f}", c_high=f"{record['c_high']:.2f}")
-        return post
-
-
-def minibatch_size_of(cfg: Config) -> int:
-    """Rows per behaviour pass over partial responses: the update's mini-batch size."""
-    return cfg.train.micro_batch_size or minibatch_size(cfg.train)
-
 
 def _rows(data: Rollout, rows: slice) -> Rollout:
     """A micro-batch: rows of a mini-batch, trimmed to their own longest prompt and response."""

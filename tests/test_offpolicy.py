@@ -16,7 +16,9 @@ from src.algorithms.drift import drift_metrics, ratio_histogram
 from src.config import ConfigError
 from src.policy import response_logprobs
 from src.run_vocab import RATIO_BIN_EDGES
-from src.schedule import Delay, Replay, StoredRollout, behaviour_weight, capped_share, split_rows
+from src.schedule import StoredRollout, behaviour_weight, capped_share, split_rows
+from src.schedule.sources.delay import Delay
+from src.schedule.sources.replay import Replay
 from tests.conftest import compose
 from tests.offpolicy_harness import FakeBackend, make_trainer, run_steps
 from tests.tiny_policy import tiny_model

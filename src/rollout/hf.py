@@ -37,7 +37,7 @@ class HFRollout:
         """Continue each context (prompt ids + the response so far, 1-D, no padding) by up to
         `caps[i]` tokens under the current weights: a new prefill of the whole context, then
         the same decode loop as `generate`. Returns (new tokens, their sampler log-probs) per
-        row, up to and including an EOS. Partial rollouts (src/schedule/partial.py) use it."""
+        row, up to and including an EOS. Partial rollouts (src/schedule/sources/partial.py) use it."""
         tok = self.tokenizer
         width = max(int(c.numel()) for c in contexts)
         ids = torch.full((len(contexts), width), tok.pad_token_id, dtype=torch.long)
