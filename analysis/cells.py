@@ -131,9 +131,13 @@ def _equal_updates(runs: list[Any], numeric: dict[int, dict]) -> bool:
     """The runs' staleness levels differ in their step budget only so that every level makes
     the same number of updates with its evals at the same update counts (steps x staleness
     and eval.every x staleness shared by every run)."""
-    budgets = {(numeric[id(r)].get("train.steps", 0) * r.staleness,
+    updates = {(numeric[id(r)].get("train.steps", 0) * r.staleness,
                 numeric[id(r)].get("eval.every", 0) * r.staleness) for r in runs}
-    return len(budgets) == 1
+    return len(updates) == 1
+
+
+def _budgets(runs: list[Any], numeric: dict[int, dict]) -> set[tuple]:
+    return {tuple(numeric[id(r)].get(k) for k in BUDGET) for r in runs}
 
 
 class Grouping:
@@ -153,9 +157,11 @@ class Grouping:
             rest = {k: v for k, v in numeric[id(run)].items() if not _under(k, COMPARED + BUDGET)}
             loose[_key(rest)].append(run)
         for key, runs in loose.items():
-            if _equal_updates(runs, numeric):
-                by_suite[key] = runs
+            if _equal_updates(runs, numeric) and len(_budgets(runs, numeric)) > 1:
+                by_suite[key] = runs  # levels at equal updates: one suite across budgets
                 continue
+            # one budget (every suite made before equal updates): keyed as before, so the
+            # committed reports' suite dirs keep their names
             for run in runs:
                 rest = {k: v for k, v in numeric[id(run)].items() if not _under(k, COMPARED)}
                 by_suite[_key(rest)].append(run)
