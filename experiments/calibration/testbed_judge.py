@@ -30,6 +30,7 @@ from testbed_targets import summarize  # noqa: E402
 
 from analysis.stats import fmt_ci, mean_ci  # noqa: E402
 from src.config_fields import config_exit  # noqa: E402
+from src.telemetry import read_status  # noqa: E402
 
 MD, CSV = HERE / "testbed_judgement.md", HERE / "testbed_grid_rows.csv"
 CELLS = (("1x", "ppo"), ("4x", "ppo"), ("4x", "bapo"))
@@ -39,7 +40,7 @@ def collect(runs: Path, testbed: str) -> pd.DataFrame:
     rows = []
     for level, method in CELLS:
         for run_dir in sorted((runs / f"{testbed}_{level}" / method).glob("**/seed*")):
-            if (run_dir / "status.json").is_file() and '"finished"' in (run_dir / "status.json").read_text():
+            if (read_status(run_dir) or {}).get("status") == "finished":
                 rows.append({**summarize(run_dir), "cell": f"{method} {level}"})
     if not rows:
         config_exit(f"no finished runs under {runs}/{testbed}_{{1x,4x}}/{{ppo,bapo}}; "
