@@ -36,6 +36,22 @@ def test_the_default_warm_start_is_shipped():
     assert "5fb97ee7a8113be3" in [p.name for p in SHIPPED]
 
 
+@pytest.mark.parametrize("experiment", ["ramble_1x", "ramble_2x", "ramble_4x", "ramble_delay_4",
+                                        "ramble_delay_16"])
+def test_the_ramble_testbeds_runs_start_from_its_shipped_build(experiment):
+    # experiments/testbed_grid's runs recorded weights d6a72f2d491dc6b2; a change to the task,
+    # model or SFT of these configs would move them to an unshipped build, unseen
+    from tests.conftest import compose
+
+    cfg = compose([f"experiment={experiment}"])
+    task = get_task(cfg.task.name, **dict(cfg.task.params))
+    m_cfg, s_cfg = resolve_configs(dict(cfg.model.architecture), dict(cfg.model.sft))
+    key = cache_key(task, m_cfg, s_cfg, cfg.model.warm_start_seed, numerics=cfg.numerics)
+    assert key == "dd719a6a579f7725"
+    assert json.loads((SHIPPED_DIR / key / "info.json").read_text())["weights_sha256"][:16] == (
+        "d6a72f2d491dc6b2")
+
+
 @pytest.mark.parametrize("entry", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_each_shipped_build_is_what_its_info_says(entry):
     info = json.loads((entry / "info.json").read_text())
