@@ -80,11 +80,11 @@ def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
         # Accuracy lives in [0, 1]; with 2-3 seeds a t-interval can reach far past it.
         bar_panel(ax, d, "staleness_x", "value", order, runs, bounds=(0.0, 1.0))
         seed_dots(ax, d, order)
-        title = f"final {label}"
+        # one short line each: side by side, a long first line ran into the next panel's
+        title = f"final {label}\nmean of each run's last {FINAL_EVALS} evals"
         if metric in start and start[metric] == start[metric]:
             ax.axhline(start[metric], **WARM_START_STYLE, label="warm start (step 0)")
-            title += f" (warm start: {start[metric]:.3f})"
-        title += f"\nmean of each run's last {FINAL_EVALS} evals"
+            title += f"\nwarm start (dashed): {start[metric]:.3f}"
         ax.legend(*ax.get_legend_handles_labels(), title="method")
         ax.set_title(title)
         ax.set_xlabel("staleness")
