@@ -1,5 +1,9 @@
 """Held-out accuracy against training step, from every eval record, with the warm start's
-step-0 accuracy as a line: whether a method ever rises above where every run began."""
+step-0 accuracy as a line: whether a method ever rises above where every run began.
+
+Where the staleness levels end at one number of optimizer updates (a suite run at equal
+updates: 120 steps at 1x, 30 at 4x), the x axis counts updates, so the levels' panels line
+up and a 4x curve is not squeezed into a quarter of the axis; otherwise it counts steps."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis import style
 from analysis.fig_final import WARM_START_STYLE, start_evals
-from analysis.final import EVAL_METRICS, FINAL_EVALS
+from analysis.final import EVAL_METRICS, FINAL_EVALS, updates_per_step
 from analysis.loader import RUN_COLS, RunSet
 from analysis.plotting import (
     STEP_AXIS,
@@ -24,6 +28,7 @@ from analysis.plotting import (
 from analysis.stats import agg_ci
 
 NAME = "fig_accuracy_by_step"
+UPDATE_AXIS = "optimizer updates (steps x updates per step)"
 
 
 def accuracy_curves(runs: RunSet) -> pd.DataFrame:
@@ -32,11 +37,21 @@ def accuracy_curves(runs: RunSet) -> pd.DataFrame:
     present = [m for m in EVAL_METRICS if m in ev.columns]
     if ev.empty or not present:
         return pd.DataFrame(columns=["metric", "method", "staleness", "step", "mean", "n"])
-    long = ev[[*RUN_COLS, "step", *present]].melt(id_vars=[*RUN_COLS, "step"],
-                                                  value_vars=present, var_name="metric")
+    per_step = {r.run_id: updates_per_step(r) for r in runs.runs}
+    ev = ev.assign(updates=[int(s) * per_step[r]
+                            for r, s in zip(ev["run_id"], ev["step"], strict=True)])
+    long = ev[[*RUN_COLS, "step", "updates", *present]].melt(
+        id_vars=[*RUN_COLS, "step", "updates"], value_vars=present, var_name="metric")
     long["value"] = pd.to_numeric(long["value"], errors="coerce")
-    return agg_ci(long.dropna(subset=["value"]), ["metric", "method", "staleness", "step"],
-                  "value")
+    return agg_ci(long.dropna(subset=["value"]),
+                  ["metric", "method", "staleness", "step", "updates"], "value")
+
+
+def at_equal_updates(curves: pd.DataFrame) -> bool:
+    """Whether two or more staleness levels all end at one number of optimizer updates
+    while their step counts differ (so steps would misalign them and updates do not)."""
+    last = curves.groupby("staleness")[["step", "updates"]].max()
+    return len(last) > 1 and last["updates"].nunique() == 1 and last["step"].nunique() > 1
 
 
 def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
@@ -47,6 +62,7 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
     levels = sorted(int(k) for k in curves["staleness"].unique())
     start = start_evals(runs)
     palette = style.method_palette(runs.methods)
+    x, x_label = ("updates", UPDATE_AXIS) if at_equal_updates(curves) else ("step", STEP_AXIS)
     fig, axes = plt.subplots(len(metrics), len(levels), squeeze=False, sharex=True,
                              sharey="row", figsize=(3.3 * len(levels) + 1.8, 2.8 * len(metrics) + 1.0))
     for i, metric in enumerate(metrics):
@@ -54,14 +70,14 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
             ax = axes[i, j]
             d = curves[(curves["metric"] == metric) & (curves["staleness"] == k)]
             for method in style.method_order(d["method"].unique()):
-                m = d[d["method"] == method].sort_values("step")
-                ax.plot(m["step"], m["mean"], marker="o", ms=3, lw=1.2, color=palette[method],
+                m = d[d["method"] == method].sort_values(x)
+                ax.plot(m[x], m["mean"], marker="o", ms=3, lw=1.2, color=palette[method],
                         label=method)
             if metric in start and start[metric] == start[metric]:
                 ax.axhline(start[metric], **WARM_START_STYLE, label="warm start (step 0)")
             ax.set_title(f"{EVAL_METRICS[metric]}, staleness {stx(k)}", fontsize=9)
             ax.set_ylabel("held-out accuracy (share correct)" if j == 0 else "")
-            ax.set_xlabel(STEP_AXIS if i == len(metrics) - 1 else "")
+            ax.set_xlabel(x_label if i == len(metrics) - 1 else "")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.tick_params(labelleft=True)
     found: dict[str, object] = {}
@@ -78,4 +94,5 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
              f"intervals). Dashed: the warm start at step 0 ({warm}), where every run begins.",
              fontsize=9)
     fig.tight_layout(rect=(0, 0, 1 - 1.7 / fig.get_figwidth(), 1))
-    return FigureResult(NAME, save(fig, NAME, opts), curves, {"start": start.to_frame("step 0").T})
+    return FigureResult(NAME, save(fig, NAME, opts), curves,
+                        {"start": start.to_frame("step 0").T, "x": x})

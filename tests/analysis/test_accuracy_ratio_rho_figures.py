@@ -33,6 +33,25 @@ def test_accuracy_by_step(sweep, runset, opts):
     assert sorted(res.data["step"].unique()) == [0, 2, 4]
 
 
+def test_accuracy_by_step_counts_updates_where_levels_end_at_equal_updates(tmp_path, opts,
+                                                                          write_run):
+    from analysis.loader import load_runs
+
+    # 8 steps at 1x and 2 at 4x both end at 8 optimizer updates (k per step at kx)
+    write_run(tmp_path / "equal", "ppo", 1, 0, steps=8, evals_every=2)
+    write_run(tmp_path / "equal", "ppo", 4, 0, steps=2, evals_every=1)
+    res = fig_eval_steps.fig_accuracy_by_step(load_runs([tmp_path / "equal"]), opts)
+    assert res.extra["x"] == "updates"
+    got = res.data.drop_duplicates(["staleness", "step"]).set_index(["staleness", "step"])
+    assert got["updates"].to_dict() == {(1, 0): 0, (1, 2): 2, (1, 4): 4, (1, 6): 6, (1, 8): 8,
+                                        (4, 0): 0, (4, 1): 4, (4, 2): 8}
+    # equal steps (4 at each level) end at unequal updates: the axis stays on steps
+    write_run(tmp_path / "steps", "ppo", 1, 0)
+    write_run(tmp_path / "steps", "ppo", 4, 0)
+    res = fig_eval_steps.fig_accuracy_by_step(load_runs([tmp_path / "steps"]), opts)
+    assert res.extra["x"] == "step"
+
+
 def test_accuracy_by_step_skips_without_evals(runset, opts):
     import dataclasses
 
