@@ -13,22 +13,22 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis import style
 from analysis.fig_final import WARM_START_STYLE, start_evals
-from analysis.final import EVAL_METRICS, FINAL_EVALS, updates_per_step
+from analysis.final import EVAL_METRICS, FINAL_EVALS
 from analysis.loader import RUN_COLS, RunSet
 from analysis.plotting import (
-    STEP_AXIS,
     FigureResult,
     Options,
     require,
     require_learning,
     save,
+    step_axis,
     stx,
     suptitle,
+    with_updates,
 )
 from analysis.stats import agg_ci
 
 NAME = "fig_accuracy_by_step"
-UPDATE_AXIS = "optimizer updates (steps x updates per step)"
 
 
 def accuracy_curves(runs: RunSet) -> pd.DataFrame:
@@ -37,21 +37,12 @@ def accuracy_curves(runs: RunSet) -> pd.DataFrame:
     present = [m for m in EVAL_METRICS if m in ev.columns]
     if ev.empty or not present:
         return pd.DataFrame(columns=["metric", "method", "staleness", "step", "mean", "n"])
-    per_step = {r.run_id: updates_per_step(r) for r in runs.runs}
-    ev = ev.assign(updates=[int(s) * per_step[r]
-                            for r, s in zip(ev["run_id"], ev["step"], strict=True)])
+    ev = with_updates(ev, runs)
     long = ev[[*RUN_COLS, "step", "updates", *present]].melt(
         id_vars=[*RUN_COLS, "step", "updates"], value_vars=present, var_name="metric")
     long["value"] = pd.to_numeric(long["value"], errors="coerce")
     return agg_ci(long.dropna(subset=["value"]),
                   ["metric", "method", "staleness", "step", "updates"], "value")
-
-
-def at_equal_updates(curves: pd.DataFrame) -> bool:
-    """Whether two or more staleness levels all end at one number of optimizer updates
-    while their step counts differ (so steps would misalign them and updates do not)."""
-    last = curves.groupby("staleness")[["step", "updates"]].max()
-    return len(last) > 1 and last["updates"].nunique() == 1 and last["step"].nunique() > 1
 
 
 def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
@@ -62,7 +53,7 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
     levels = sorted(int(k) for k in curves["staleness"].unique())
     start = start_evals(runs)
     palette = style.method_palette(runs.methods)
-    x, x_label = ("updates", UPDATE_AXIS) if at_equal_updates(curves) else ("step", STEP_AXIS)
+    x, x_label = step_axis(runs)
     fig, axes = plt.subplots(len(metrics), len(levels), squeeze=False, sharex=True,
                              sharey="row", figsize=(3.3 * len(levels) + 1.8, 2.8 * len(metrics) + 1.0))
     for i, metric in enumerate(metrics):

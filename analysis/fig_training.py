@@ -7,7 +7,6 @@ import matplotlib.pyplot as plt
 from analysis import style
 from analysis.loader import RunSet
 from analysis.plotting import (
-    STEP_AXIS,
     FigureResult,
     Options,
     draw_curves,
@@ -16,9 +15,11 @@ from analysis.plotting import (
     require,
     require_learning,
     save,
+    step_axis,
     step_curves,
     stx,
     suptitle,
+    with_updates,
 )
 
 BASE, PROPOSED = style.BASELINE, style.PROPOSED  # Fig 9 compares the two by name
@@ -45,7 +46,7 @@ def _curves_of(
     mask = steps["run_id"].isin(ids)
     if staleness is not None:
         mask &= steps["staleness"].isin(staleness)
-    return step_curves(steps[mask], metrics, opts.smooth)
+    return step_curves(with_updates(steps[mask], runs), metrics, opts.smooth)
 
 
 def _levels(runs: RunSet, method: str, variants: bool = True) -> list[int]:
@@ -90,7 +91,7 @@ def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
         ("token_share_pos", "token share, A>0"),
         ("token_share_neg", "token share, A<0"),
     ]
-    curves = step_curves(steps, [p[0] for p in panels], opts.smooth)
+    curves = step_curves(with_updates(steps, runs), [p[0] for p in panels], opts.smooth)
     lo, hi = PAPER_NEG_CONTRIB
     fig = line_panels(
         curves,
@@ -185,13 +186,14 @@ def fig09_bapo_vs_ppo(runs: RunSet, opts: Options) -> FigureResult:
                    if r.method_name == PROPOSED and r.traits.target is not None
                    and r.method_param(r.traits.target) is not None})
     nrows, ncols = len(FIG9_PANELS), len(both)
+    x, x_label = step_axis(runs)
     fig, axes = plt.subplots(nrows, ncols, figsize=(2.9 * ncols + 1.2, 2.1 * nrows),
                              squeeze=False, sharex=True, sharey="row")
     for i, (metric, label) in enumerate(FIG9_PANELS):
         for j, k in enumerate(both):
             ax = axes[i, j]
             d = curves[(curves["metric"] == metric) & (curves["staleness"] == k)]
-            draw_curves(ax, d, runs, dashed=False)
+            draw_curves(ax, d, runs, dashed=False, x=x)
             if metric == "contrib_grad_pos_share":
                 lo, hi = PAPER_BAPO_POS_CONTRIB
                 reference_span(ax, lo, hi, f"paper: bapo {lo:g}-{hi:g}")
@@ -201,7 +203,7 @@ def fig09_bapo_vs_ppo(runs: RunSet, opts: Options) -> FigureResult:
                 same = " (same updates: lines coincide)" if k == 1 else ""
                 ax.set_title(f"staleness {stx(k)}{same}", fontsize=9)
             ax.set_ylabel(label if j == 0 else "")
-            ax.set_xlabel(STEP_AXIS if i == nrows - 1 else "")
+            ax.set_xlabel(x_label if i == nrows - 1 else "")
             if ax.get_legend() is not None:
                 ax.get_legend().remove()
     handles, labels = axes[2, -1].get_legend_handles_labels()

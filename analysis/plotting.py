@@ -15,6 +15,7 @@ import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 
 from analysis import style
+from analysis.final import updates_per_step
 from analysis.loader import RUN_COLS, Run, RunSet
 from analysis.stats import agg_ci, mean_ci
 
@@ -114,6 +115,7 @@ def smooth_steps(df: pd.DataFrame, cols: list[str], window: int) -> pd.DataFrame
 # Axis labels with units, and the range a metric can take (bands are clipped to it: a
 # t-interval over 3 seeds can reach far past what the metric allows).
 STEP_AXIS = "training step (rollout batches)"
+UPDATE_AXIS = "optimizer updates (steps x updates per step)"
 METRIC_AXES: dict[str, tuple[str, float | None, float | None]] = {
     "reward_mean": ("mean reward (0-1)", 0.0, 1.0),
     "accuracy": ("accuracy (share correct)", 0.0, 1.0),
@@ -131,14 +133,36 @@ METRIC_AXES: dict[str, tuple[str, float | None, float | None]] = {
 }
 
 
+def with_updates(frame: pd.DataFrame, runs: RunSet) -> pd.DataFrame:
+    """`frame` (rows with run_id and step) plus `updates`: the optimizer updates made before
+    that step, step x the run's updates per step (k at kx), as the trainer counts them."""
+    per_step = {r.run_id: updates_per_step(r) for r in runs.runs}
+    return frame.assign(updates=[int(s) * per_step[r] for r, s
+                                 in zip(frame["run_id"], frame["step"], strict=True)])
+
+
+def step_axis(runs: RunSet) -> tuple[str, str]:
+    """(column, label) of the x axis of curves over training: optimizer updates where the
+    staleness levels ran one update budget in different step counts (a suite at equal
+    updates: 120 steps at 1x, 30 at 4x), so their curves line up and a 4x curve is not
+    squeezed into a quarter of the axis; else steps."""
+    budgets = {(int(r.cfg("train.steps", 0) or 0), updates_per_step(r)) for r in runs.runs}
+    steps = {s for s, _ in budgets}
+    if len(steps) > 1 and len({s * u for s, u in budgets}) == 1:
+        return "updates", UPDATE_AXIS
+    return "step", STEP_AXIS
+
+
 def step_curves(steps: pd.DataFrame, metrics: list[str], smooth: int = 1) -> pd.DataFrame:
-    """Long frame: metric, method, staleness, step -> mean, ci_low, ci_high, n over seeds,
-    and band_low/band_high: the interval clipped to the metric's range (what is drawn)."""
+    """Long frame: metric, method, staleness, step (and updates, when `steps` has them: see
+    with_updates) -> mean, ci_low, ci_high, n over seeds, and band_low/band_high: the
+    interval clipped to the metric's range (what is drawn)."""
     present = [m for m in metrics if m in steps.columns]
-    df = smooth_steps(steps[[*RUN_COLS, "step", *present]], present, smooth)
-    long = df.melt(id_vars=[*RUN_COLS, "step"], value_vars=present, var_name="metric")
+    at = ["step", "updates"] if "updates" in steps.columns else ["step"]
+    df = smooth_steps(steps[[*RUN_COLS, *at, *present]], present, smooth)
+    long = df.melt(id_vars=[*RUN_COLS, *at], value_vars=present, var_name="metric")
     long["value"] = pd.to_numeric(long["value"], errors="coerce")
-    out = agg_ci(long, ["metric", "method", "staleness", "step"], "value")
+    out = agg_ci(long, ["metric", "method", "staleness", *at], "value")
     return clip_bands(out)
 
 
@@ -177,18 +201,19 @@ def line_panels(
     """
     ncols = ncols or len(panels)
     nrows = math.ceil(len(panels) / ncols)
+    x, x_label = step_axis(runs) if "updates" in curves.columns else ("step", STEP_AXIS)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows), squeeze=False,
                              sharey=sharey)
     for ax, (metric, label) in zip(axes.flat, panels, strict=False):
         ax.tick_params(labelleft=True)
-        draw_curves(ax, curves[curves["metric"] == metric], runs, hue=hue)
+        draw_curves(ax, curves[curves["metric"] == metric], runs, hue=hue, x=x)
         if hlines and metric in hlines:
             ax.axhline(hlines[metric], color="0.5", lw=0.8, ls=":")
         if spans and metric in spans:
             reference_span(ax, *spans[metric])
         ax.set_title(label)
         ax.set_ylabel(axis_label(metric))
-        ax.set_xlabel(STEP_AXIS)
+        ax.set_xlabel(x_label)
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     finish_legends(fig, axes.flat[: len(panels)])
@@ -212,9 +237,10 @@ BAND_NOTE = "lines: mean over seeds; bands: 95% Student-t interval, clipped to t
 
 
 def draw_curves(ax: plt.Axes, d: pd.DataFrame, runs: RunSet, *, hue: str = "method",
-                dashed: bool = True) -> None:
-    """Mean lines and clipped bands of one metric's curves (a step_curves slice);
-    `dashed`: a dash pattern per staleness (off when each panel holds one staleness)."""
+                dashed: bool = True, x: str = "step") -> None:
+    """Mean lines and clipped bands of one metric's curves (a step_curves slice) against
+    `x` (step, or updates: see step_axis); `dashed`: a dash pattern per staleness (off when
+    each panel holds one staleness)."""
     if d.empty:
         ax.text(0.5, 0.5, "not logged", ha="center", transform=ax.transAxes)
         return
@@ -232,11 +258,12 @@ def draw_curves(ax: plt.Axes, d: pd.DataFrame, runs: RunSet, *, hue: str = "meth
                   "palette": palette}
     styled = {"style": "staleness", "style_order": [stx(k) for k in levels],
               "dashes": dashes} if len(levels) > 1 else {}
-    sns.lineplot(data=data, x="step", y="mean", errorbar=None, ax=ax, **styled, **hue_kw)
+    sns.lineplot(data=data, x=x, y="mean", errorbar=None, ax=ax, **styled, **hue_kw)
     for (m, k), g in data.groupby(["method", "staleness"], observed=True):
-        ax.fill_between(g["step"], g["band_low"], g["band_high"], color=colour(m, k),
+        ax.fill_between(g[x], g["band_low"], g["band_high"], color=colour(m, k),
                         alpha=0.15, lw=0)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    # whole numbers, as many as the axis width holds (a narrow panel ran 105 into 120)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True))
 
 
 def grid(n: int, max_cols: int, w: float, h: float) -> tuple[plt.Figure, list[plt.Axes]]:
