@@ -45,6 +45,12 @@ def test_accuracy_by_step_counts_updates_where_levels_end_at_equal_updates(tmp_p
     got = res.data.drop_duplicates(["staleness", "step"]).set_index(["staleness", "step"])
     assert got["updates"].to_dict() == {(1, 0): 0, (1, 2): 2, (1, 4): 4, (1, 6): 6, (1, 8): 8,
                                         (4, 0): 0, (4, 1): 4, (4, 2): 8}
+    # the step curves (fig02 and its kin) carry the same count: step x k
+    from analysis import fig_training
+
+    curves = fig_training.fig02_staleness(load_runs([tmp_path / "equal"]), opts).data
+    assert (curves["updates"] == curves["step"] * curves["staleness"]).all()
+    assert set(curves.loc[curves["staleness"] == 4, "updates"]) == {0, 4}
     # equal steps (4 at each level) end at unequal updates: the axis stays on steps
     write_run(tmp_path / "steps", "ppo", 1, 0)
     write_run(tmp_path / "steps", "ppo", 4, 0)
