@@ -3,10 +3,12 @@
     python experiments/run_sweep.py main [--dry-run] [extra overrides]
     python experiments/run_sweep.py main --launcher joblib --workers 2 --threads 1
     python experiments/run_sweep.py main --launcher submitit_slurm hydra.launcher.partition=cpu
+    python experiments/run_sweep.py testbed_grid --part 6 --launcher joblib --workers 2 --threads 1
 
 A sweep is a `grid` (one multirun over its product) or `parts`, a list of grids run in
 order, one multirun each, for a sweep that is no single product (a 1x control beside a
-4x grid). Runs go to runs/<experiment>/<method>/seed<N>/ (extra overrides that change the
+4x grid). `--part N` (1-based, repeatable) runs only those parts: a part whose runs were
+exported and committed need not be rerun where runs/ does not hold it. Runs go to runs/<experiment>/<method>/seed<N>/ (extra overrides that change the
 numbers add a dir level naming them); finished ones are skipped, unfinished ones resume, in
 both cases only if made with the same config. Every job of every part is checked before the
 first starts (src/preflight.py), whatever the launcher.
@@ -97,11 +99,18 @@ def _value(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)  # YAML true -> Hydra's true
 
 
-def sweep_commands(name: str, extra: list[str]) -> list[list[str]]:
+def sweep_commands(name: str, extra: list[str],
+                   parts: list[int] | None = None) -> list[list[str]]:
     """One `python -m src.run -m ...` multirun per grid of the sweep (what each part runs;
-    `launch_command` runs the same jobs through the sweep's job wrapper)."""
-    return [[sys.executable, "-m", "src.run", "-m", *grid_overrides(g), *extra]
-            for g in sweep_grids(name)]
+    `launch_command` runs the same jobs through the sweep's job wrapper); `parts` (1-based)
+    keeps only those parts, in the sweep's order."""
+    grids = sweep_grids(name)
+    chosen = sorted(set(parts)) if parts else list(range(1, len(grids) + 1))
+    if bad := [n for n in chosen if not 1 <= n <= len(grids)]:
+        config_exit(f"--part {bad[0]}: sweep {name!r} has parts 1-{len(grids)} "
+                    "(experiments/sweeps.yaml); pick from those")
+    return [[sys.executable, "-m", "src.run", "-m", *grid_overrides(grids[n - 1]), *extra]
+            for n in chosen]
 
 
 def launch_command(cmd: list[str]) -> list[str]:
@@ -499,12 +508,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, help="runs at a time (parallel launchers)")
     parser.add_argument("--threads", type=int, help="train.threads of every run (it names a "
                         "dir level: another thread count may change the last bits)")
+    parser.add_argument("--part", type=int, action="append", metavar="N",
+                        help="run only part N of the sweep (1-based, as listed in "
+                             "sweeps.yaml; repeatable); default every part")
     parser.add_argument("extra", nargs="*", help="overrides added to every run")
     args = parser.parse_intermixed_args(argv)
+    if args.part and args.sweep == "all":
+        config_exit("--part picks parts of one sweep; name the sweep instead of 'all'")
     names = list(load_sweeps()) if args.sweep == "all" else [args.sweep]
     launch = choose_launcher(args.launcher, args.workers, args.threads, args.extra)
     extra = [*args.extra, *launch.overrides]
-    commands = [cmd for name in names for cmd in sweep_commands(name, extra)]
+    commands = [cmd for name in names for cmd in sweep_commands(name, extra, args.part)]
     if args.dry_run:
         for cmd in commands:
             print("$", " ".join(launch_command(cmd)))

@@ -135,6 +135,22 @@ def test_sweep_commands_are_one_multirun_per_part(capsys):
         "unknown sweep 'nope'; choose one of ['")
 
 
+def test_part_keeps_only_the_named_parts_in_the_sweeps_order(capsys):
+    # random_reward has four parts; --part 4 --part 2 runs the 2nd then the 4th, the same
+    # commands the whole sweep gives for them.
+    every = run_sweep.sweep_commands("random_reward", ["train.steps=2"])
+    assert run_sweep.sweep_commands("random_reward", ["train.steps=2"], [4, 2]) == [every[1], every[3]]
+    assert run_sweep.sweep_commands("random_reward", [], [2, 2]) == [run_sweep.sweep_commands("random_reward", [])[1]]
+    line = config_error(capsys, lambda: run_sweep.sweep_commands("random_reward", [], [5]))
+    assert line == "--part 5: sweep 'random_reward' has parts 1-4 (experiments/sweeps.yaml); pick from those"
+    assert config_error(capsys, lambda: run_sweep.sweep_commands("random_reward", [], [0])).startswith("--part 0:")
+
+
+def test_part_with_all_is_refused(capsys):
+    line = config_error(capsys, lambda: run_sweep.main(["all", "--part", "1", "--dry-run"]))
+    assert line == "--part picks parts of one sweep; name the sweep instead of 'all'"
+
+
 @pytest.mark.parametrize("entry", [
     {"grid": {"seed": [0]}, "parts": [{"seed": [0]}]},
     {"description": "neither"},
