@@ -8,6 +8,11 @@ under any override level, one row per run (testbed_targets.summarize), and judge
 over the seeds present, with the 95% t-interval over seeds (paired by seed where two cells are
 compared). A range target (3, 5, 6) is met when the whole interval lies inside its range. Writes `testbed_judgement.md` and the per-run rows to `testbed_grid_rows.csv`.
 
+Rows are merged into the CSV by (cell, pilot, seed): a run found under `--runs` replaces its
+row, and rows of runs whose dirs are gone (a later session, a thinned export) stay as they
+were measured, so the judgement can gather its seeds over several sessions. The grid's runs
+rerun bit for bit (experiments/verify_cell.py), so a row measured again is the same row.
+
 A target is `met` when its interval settles it (target 1: the mean at least +0.10 and the
 interval above 0; target 2: 4x's gain interval above 0 and the paired 4x - 1x interval below
 0); `not met` when the interval settles the other side or the mean misses a range; and
@@ -46,6 +51,28 @@ def collect(runs: Path, testbed: str) -> pd.DataFrame:
         config_exit(f"no finished runs under {runs}/{testbed}_{{1x,4x}}/{{ppo,bapo}}; "
                     f"run `python experiments/run_sweep.py testbed_grid` first")
     return pd.DataFrame(rows)
+
+
+KEY = ["cell", "pilot", "seed"]
+
+
+def merge_rows(kept: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """`kept` (the CSV's earlier rows) with every row that `measured` has again replaced by
+    the new measurement, then `measured`'s new rows; sorted by cell and seed."""
+    again = kept.set_index(KEY).index.isin(measured.set_index(KEY).index)
+    both = pd.concat([kept[~again], measured], ignore_index=True)
+    return both.sort_values(["cell", "seed", "pilot"]).reset_index(drop=True)
+
+
+def check_one_level(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows`, unless a seed of a cell appears under two override levels (two thread
+    counts, say), which would count one seed twice in the intervals."""
+    dupes = rows[rows.duplicated(["cell", "seed"], keep=False)]
+    if len(dupes):
+        config_exit(f"{CSV.name} holds one seed of a cell twice under different override "
+                    f"levels ({sorted(set(dupes['pilot']))}); judge one level: remove the "
+                    "other level's rows from the CSV or its runs from --runs")
+    return rows
 
 
 def cell(rows: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -118,15 +145,18 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs"))
     parser.add_argument("--testbed", default="ramble")
     args = parser.parse_args()
-    rows = collect(args.runs, args.testbed)
-    rows.sort_values(["cell", "seed"]).to_csv(CSV, index=False, float_format="%.4f")
+    measured = collect(args.runs, args.testbed)
+    kept = pd.read_csv(CSV) if CSV.is_file() else measured.iloc[:0]
+    rows = check_one_level(merge_rows(kept, measured))
+    rows.to_csv(CSV, index=False, float_format="%.4f")
     seeds = {c: sorted(cell(rows, c).index) for _, c in rows[["cell"]].drop_duplicates().itertuples()}
     lines = ["| target | measured (mean ± 95% t half-width over seeds) | verdict |", "|---|---|---|"]
     lines += [f"| {t} | {m} | {v} |" for t, m, v in judge(rows)]
     MD.write_text(
         f"# The testbed targets judged on the grid's seeds ({args.testbed})\n\n"
-        "Written by `testbed_judge.py` from the testbed grid's run dirs; per-run rows in "
-        "`testbed_grid_rows.csv`. Seeds per cell: "
+        "Written by `testbed_judge.py` from the testbed grid's run dirs, whole (token rows "
+        "included); per-run rows in `testbed_grid_rows.csv`, gathered over sessions (a row "
+        "stays when its run dir is gone). Seeds per cell: "
         + "; ".join(f"{c}: {s}" for c, s in seeds.items()) + ".\n\n" + "\n".join(lines) + "\n")
     print(MD.read_text())
 

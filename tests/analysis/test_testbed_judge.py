@@ -7,7 +7,8 @@ import math
 
 import pandas as pd
 
-from experiments.calibration.testbed_judge import in_range, judge
+from experiments.calibration.testbed_judge import check_one_level, in_range, judge, merge_rows
+from tests.conftest import config_error
 
 T2 = 4.302652729911275  # t_0.975, 2 degrees of freedom
 
@@ -61,3 +62,26 @@ def test_in_range_needs_the_whole_interval_inside():
     assert in_range(0.30, 0.39, 3, 0.33, 0.40) == "not settled"
     assert in_range(0.41, 0.45, 3, 0.33, 0.40) == "not met"
     assert in_range(0.34, 0.39, 1, 0.33, 0.40) == "not settled"
+
+
+def test_merge_keeps_rows_whose_runs_are_gone_and_replaces_rows_measured_again():
+    kept = pd.DataFrame([
+        {"cell": "ppo 4x", "pilot": "train.threads=1", "seed": 0, "gain": 0.10},
+        {"cell": "ppo 4x", "pilot": "train.threads=1", "seed": 1, "gain": 0.20},
+        {"cell": "ppo 1x", "pilot": "train.threads=1", "seed": 0, "gain": 0.30},
+    ])
+    measured = pd.DataFrame([
+        {"cell": "ppo 4x", "pilot": "train.threads=1", "seed": 1, "gain": 0.25},  # measured again
+        {"cell": "ppo 4x", "pilot": "train.threads=1", "seed": 3, "gain": 0.40},  # new
+    ])
+    rows = merge_rows(kept, measured)
+    assert list(zip(rows["cell"], rows["seed"], rows["gain"], strict=True)) == [
+        ("ppo 1x", 0, 0.30), ("ppo 4x", 0, 0.10), ("ppo 4x", 1, 0.25), ("ppo 4x", 3, 0.40)]
+
+
+def test_one_seed_under_two_override_levels_is_refused(capsys):
+    rows = pd.DataFrame([{"cell": "ppo 4x", "pilot": "train.threads=1", "seed": 0},
+                         {"cell": "ppo 4x", "pilot": "train.threads=2", "seed": 0}])
+    line = config_error(capsys, lambda: check_one_level(rows))
+    assert line.startswith("testbed_grid_rows.csv holds one seed of a cell twice") and "train.threads=2" in line
+    assert len(check_one_level(rows.iloc[:1])) == 1
