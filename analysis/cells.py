@@ -127,17 +127,19 @@ def experiment_order(names_and_staleness: set[tuple[str, int]]) -> list[str]:
     return [name for name, _ in sorted(names_and_staleness, key=lambda e: (e[1], e[0]))]
 
 
+def one_update_budget(budgets: set[tuple[int, int, int]]) -> bool:
+    """Whether staleness levels, as (steps, updates per step, eval.every) of each run, differ
+    in their step budget only so that every level makes the same number of optimizer updates
+    with its evals at the same update counts (120 steps at 1x, 30 at 4x). The one rule for
+    both a suite across budgets (Grouping) and the curves' update axis (plotting.step_axis)."""
+    return (len({steps for steps, _, _ in budgets}) > 1
+            and len({steps * k for steps, k, _ in budgets}) == 1
+            and len({every * k for _, k, every in budgets}) == 1)
+
+
 def _equal_updates(runs: list[Any], numeric: dict[int, dict]) -> bool:
-    """The runs' staleness levels differ in their step budget only so that every level makes
-    the same number of updates with its evals at the same update counts (steps x staleness
-    and eval.every x staleness shared by every run)."""
-    updates = {(numeric[id(r)].get("train.steps", 0) * r.staleness,
-                numeric[id(r)].get("eval.every", 0) * r.staleness) for r in runs}
-    return len(updates) == 1
-
-
-def _budgets(runs: list[Any], numeric: dict[int, dict]) -> set[tuple]:
-    return {tuple(numeric[id(r)].get(k) for k in BUDGET) for r in runs}
+    return one_update_budget({(numeric[id(r)].get("train.steps", 0), r.staleness,
+                               numeric[id(r)].get("eval.every", 0)) for r in runs})
 
 
 class Grouping:
@@ -157,7 +159,7 @@ class Grouping:
             rest = {k: v for k, v in numeric[id(run)].items() if not _under(k, COMPARED + BUDGET)}
             loose[_key(rest)].append(run)
         for key, runs in loose.items():
-            if _equal_updates(runs, numeric) and len(_budgets(runs, numeric)) > 1:
+            if _equal_updates(runs, numeric):
                 by_suite[key] = runs  # levels at equal updates: one suite across budgets
                 continue
             # one budget (every suite made before equal updates): keyed as before, so the

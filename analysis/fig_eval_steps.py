@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pandas as pd
-from matplotlib.ticker import MaxNLocator
 
 from analysis import style
 from analysis.fig_final import WARM_START_STYLE, start_evals
@@ -24,6 +23,7 @@ from analysis.plotting import (
     step_axis,
     stx,
     suptitle,
+    whole_number_ticks,
     with_updates,
 )
 from analysis.stats import agg_ci
@@ -69,7 +69,7 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
             ax.set_title(f"{EVAL_METRICS[metric]}, staleness {stx(k)}", fontsize=9)
             ax.set_ylabel("held-out accuracy (share correct)" if j == 0 else "")
             ax.set_xlabel(x_label if i == len(metrics) - 1 else "")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            whole_number_ticks(ax)
             ax.tick_params(labelleft=True)
     found: dict[str, object] = {}
     for ax in axes.flat:

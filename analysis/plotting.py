@@ -15,6 +15,7 @@ import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 
 from analysis import style
+from analysis.cells import one_update_budget
 from analysis.final import updates_per_step
 from analysis.loader import RUN_COLS, Run, RunSet
 from analysis.stats import agg_ci, mean_ci
@@ -146,9 +147,9 @@ def step_axis(runs: RunSet) -> tuple[str, str]:
     staleness levels ran one update budget in different step counts (a suite at equal
     updates: 120 steps at 1x, 30 at 4x), so their curves line up and a 4x curve is not
     squeezed into a quarter of the axis; else steps."""
-    budgets = {(int(r.cfg("train.steps", 0) or 0), updates_per_step(r)) for r in runs.runs}
-    steps = {s for s, _ in budgets}
-    if len(steps) > 1 and len({s * u for s, u in budgets}) == 1:
+    budgets = {(int(r.cfg("train.steps", 0) or 0), updates_per_step(r),
+                int(r.cfg("eval.every", 0) or 0)) for r in runs.runs}
+    if one_update_budget(budgets):
         return "updates", UPDATE_AXIS
     return "step", STEP_AXIS
 
@@ -262,7 +263,12 @@ def draw_curves(ax: plt.Axes, d: pd.DataFrame, runs: RunSet, *, hue: str = "meth
     for (m, k), g in data.groupby(["method", "staleness"], observed=True):
         ax.fill_between(g[x], g["band_low"], g["band_high"], color=colour(m, k),
                         alpha=0.15, lw=0)
-    # whole numbers, as many as the axis width holds (a narrow panel ran 105 into 120)
+    whole_number_ticks(ax)
+
+
+def whole_number_ticks(ax: plt.Axes) -> None:
+    """Steps or updates on the x axis of a curve over training: whole numbers, as many as the
+    axis width holds (a fixed count on a narrow panel ran 105 into 120)."""
     ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True))
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from analysis import make_figures
+from analysis.cells import one_update_budget
 from analysis.loader import load_runs
 from analysis.report import results_table
 from analysis.summary import run_summary
@@ -41,6 +42,18 @@ def test_levels_at_equal_updates_are_one_suite_and_other_budgets_are_not(tmp_pat
     assert len(runs.suites) == 1 and len({r.cell for r in runs.runs}) == 3
     write_run(root, "bapo", 4, 0, experiment="ramble", steps=4, extra_config={"eval.every": 1})
     assert len(load_runs([root]).suites) > 1
+
+
+@pytest.mark.parametrize(("budgets", "one"), [
+    # (steps, updates per step, eval.every): the ramble grid, 120 updates and evals every 20
+    ({(120, 1, 20), (60, 2, 10), (30, 4, 5)}, True),
+    ({(30, 1, 5), (30, 4, 5)}, False),          # one step budget: the step axis, as before
+    ({(120, 1, 20), (30, 4, 10)}, False),       # 120 updates each, evals at 20 vs 40 updates
+    ({(120, 1, 20), (60, 4, 5)}, False),        # 120 vs 240 updates
+    ({(30, 4, 5)}, False),                      # one level
+])
+def test_one_update_budget_by_hand(budgets, one):
+    assert one_update_budget(budgets) is one
 
 
 def test_a_suite_is_named_by_how_it_differs_from_the_largest_one(tmp_path, write_run):
