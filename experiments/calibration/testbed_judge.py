@@ -1,17 +1,21 @@
 """The seven testbed targets (testbed_targets.md) judged on the grid's seeds, not one pilot.
 
-    python experiments/calibration/testbed_judge.py [--runs runs] [--testbed ramble]
+    python experiments/calibration/testbed_judge.py [--runs runs [ROOT ...]] [--testbed ramble]
 
-Reads the testbed grid's run dirs whole (token rows included, so run it on `runs/` before
-the token rows are thinned by the export): <runs>/<testbed>_1x/ppo and <testbed>_4x/{ppo,bapo}
-under any override level, one row per run (testbed_targets.summarize), and judges each target
-over the seeds present, with the 95% t-interval over seeds (paired by seed where two cells are
-compared). A range target (3, 5, 6) is met when the whole interval lies inside its range. Writes `testbed_judgement.md` and the per-run rows to `testbed_grid_rows.csv`.
+Reads the testbed grid's run dirs under each root: <root>/<testbed>_1x/ppo and
+<testbed>_4x/{ppo,bapo} under any override level, one row per run (testbed_targets.summarize),
+and judges each target over the seeds present, with the 95% t-interval over seeds (paired by
+seed where two cells are compared). A range target (3, 5, 6) is met when the whole interval
+lies inside its range. Writes `testbed_judgement.md` and the per-run rows to
+`testbed_grid_rows.csv`.
 
-Rows are merged into the CSV by (cell, pilot, seed): a run found under `--runs` replaces its
-row, and rows of runs whose dirs are gone (a later session, a thinned export) stay as they
-were measured, so the judgement can gather its seeds over several sessions. The grid's runs
-rerun bit for bit (experiments/verify_cell.py), so a row measured again is the same row.
+Targets 3 and 5 need bapo 4x's whole token rows (band mass, length ratio), which an export
+thins to a sample: those runs must be read from `runs/` (or rerun there: the grid reruns bit
+for bit, experiments/verify_cell.py). Every other column comes from metrics.jsonl and
+meta.json, which the export keeps whole, so the ppo cells may be read from the exported root.
+Rows are merged into the CSV by (cell, pilot, seed): a measurement from whole token rows
+beats one from a sample, and a newer one an older; rows of runs whose dirs are gone stay as
+they were measured, so the judgement gathers its seeds over several sessions.
 
 A target is `met` when its interval settles it (target 1: the mean at least +0.10 and the
 interval above 0; target 2: 4x's gain interval above 0 and the paired 4x - 1x interval below
@@ -41,27 +45,35 @@ MD, CSV = HERE / "testbed_judgement.md", HERE / "testbed_grid_rows.csv"
 CELLS = (("1x", "ppo"), ("4x", "ppo"), ("4x", "bapo"))
 
 
-def collect(runs: Path, testbed: str) -> pd.DataFrame:
+def collect(roots: list[Path], testbed: str) -> pd.DataFrame:
     rows = []
-    for level, method in CELLS:
-        for run_dir in sorted((runs / f"{testbed}_{level}" / method).glob("**/seed*")):
-            if (read_status(run_dir) or {}).get("status") == "finished":
-                rows.append({**summarize(run_dir), "cell": f"{method} {level}"})
+    for runs in roots:
+        for level, method in CELLS:
+            for run_dir in sorted((runs / f"{testbed}_{level}" / method).glob("**/seed*")):
+                if (read_status(run_dir) or {}).get("status") == "finished":
+                    rows.append({**summarize(run_dir), "cell": f"{method} {level}"})
     if not rows:
-        config_exit(f"no finished runs under {runs}/{testbed}_{{1x,4x}}/{{ppo,bapo}}; "
-                    f"run `python experiments/run_sweep.py testbed_grid` first")
+        config_exit(f"no finished runs under {', '.join(map(str, roots))} in "
+                    f"{testbed}_{{1x,4x}}/{{ppo,bapo}}; run `python experiments/run_sweep.py "
+                    "testbed_grid` first")
     return pd.DataFrame(rows)
 
 
 KEY = ["cell", "pilot", "seed"]
+TOKEN_COLUMNS = ["band_mass", "length_ratio"]
 
 
 def merge_rows(kept: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """`kept` (the CSV's earlier rows) with every row that `measured` has again replaced by
-    the new measurement, then `measured`'s new rows; sorted by cell and seed."""
-    again = kept.set_index(KEY).index.isin(measured.set_index(KEY).index)
-    both = pd.concat([kept[~again], measured], ignore_index=True)
-    return both.sort_values(["cell", "seed", "pilot"]).reset_index(drop=True)
+    """One row per (cell, pilot, seed) from `kept` (the CSV's earlier rows) and `measured`
+    (this call's, in the order the roots were given): a row with whole-token columns beats
+    one without, then a measured row beats a kept one, then the first root beats later ones.
+    Sorted by cell and seed."""
+    both = pd.concat([measured.assign(_age=0), kept.assign(_age=1)], ignore_index=True)
+    both["_sampled"] = both[TOKEN_COLUMNS].isna().any(axis=1).astype(int)
+    both["_order"] = range(len(both))
+    best = both.sort_values(["_sampled", "_age", "_order"]).drop_duplicates(KEY, keep="first")
+    return (best.drop(columns=["_age", "_sampled", "_order"])
+            .sort_values(["cell", "seed", "pilot"]).reset_index(drop=True))
 
 
 def check_one_level(rows: pd.DataFrame) -> pd.DataFrame:
@@ -72,6 +84,18 @@ def check_one_level(rows: pd.DataFrame) -> pd.DataFrame:
         config_exit(f"{CSV.name} holds one seed of a cell twice under different override "
                     f"levels ({sorted(set(dupes['pilot']))}); judge one level: remove the "
                     "other level's rows from the CSV or its runs from --runs")
+    return rows
+
+
+def check_whole_tokens(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows`, unless a bapo 4x run lacks the whole token rows that targets 3 and 5 read."""
+    bapo = rows[rows["cell"] == "bapo 4x"]
+    if len(missing := bapo[bapo[TOKEN_COLUMNS].isna().any(axis=1)]):
+        seeds = ",".join(str(int(s)) for s in sorted(missing["seed"]))
+        config_exit(f"bapo 4x seed(s) {seeds} have no whole token rows (an export keeps a "
+                    "sample), which band mass and the length ratio need; rerun them into runs/: "
+                    f"python -m src.run -m experiment=ramble_4x method=bapo seed={seeds} "
+                    "train.threads=1, then judge with --runs runs <the exported root>")
     return rows
 
 
@@ -142,12 +166,14 @@ def judge(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=Path, default=Path("runs"))
+    parser.add_argument("--runs", type=Path, nargs="+", default=[Path("runs")],
+                        help="roots holding <testbed>_1x and _4x (e.g. runs and the exported "
+                             "experiments/testbed_grid)")
     parser.add_argument("--testbed", default="ramble")
     args = parser.parse_args()
     measured = collect(args.runs, args.testbed)
     kept = pd.read_csv(CSV) if CSV.is_file() else measured.iloc[:0]
-    rows = check_one_level(merge_rows(kept, measured))
+    rows = check_whole_tokens(check_one_level(merge_rows(kept, measured)))
     rows.to_csv(CSV, index=False, float_format="%.4f")
     seeds = {c: sorted(cell(rows, c).index) for _, c in rows[["cell"]].drop_duplicates().itertuples()}
     lines = ["| target | measured (mean ± 95% t half-width over seeds) | verdict |", "|---|---|---|"]

@@ -67,9 +67,14 @@ def update_stats(records: list[dict]) -> dict:
     }
 
 
+SAMPLED = "sampled.parquet"  # experiments/export_results.py's thinned token rows
+
+
 def token_stats(run_dir: Path) -> dict:
+    """Band mass and length ratio from the run's whole token rows; NaN where it has none or
+    only an export's sample of responses (a sample would give a different number)."""
     parts = sorted((run_dir / "tokens").glob("*.parquet"))
-    if not parts:
+    if not parts or any(p.name == SAMPLED for p in parts):
         return {"band_mass": math.nan, "length_ratio": math.nan}
     t = pd.concat([pd.read_parquet(p, columns=TOKEN_COLUMNS) for p in parts], ignore_index=True)
     loss = t[t["in_loss"]]

@@ -7,7 +7,13 @@ import math
 
 import pandas as pd
 
-from experiments.calibration.testbed_judge import check_one_level, in_range, judge, merge_rows
+from experiments.calibration.testbed_judge import (
+    check_one_level,
+    check_whole_tokens,
+    in_range,
+    judge,
+    merge_rows,
+)
 from tests.conftest import config_error
 
 T2 = 4.302652729911275  # t_0.975, 2 degrees of freedom
@@ -64,19 +70,37 @@ def test_in_range_needs_the_whole_interval_inside():
     assert in_range(0.34, 0.39, 1, 0.33, 0.40) == "not settled"
 
 
+def _row(cell: str, seed: int, gain: float, band: float = 0.004) -> dict:
+    return {"cell": cell, "pilot": "train.threads=1", "seed": seed, "gain": gain,
+            "band_mass": band, "length_ratio": 1.6 if band == band else math.nan}
+
+
 def test_merge_keeps_rows_whose_runs_are_gone_and_replaces_rows_measured_again():
-    kept = pd.DataFrame([
-        {"cell": "ppo 4x", "pilot": "train.threads=1", "seed": 0, "gain": 0.10},
-        {"cell": "ppo 4x", "pilot": "train.threads=1", "seed": 1, "gain": 0.20},
-        {"cell": "ppo 1x", "pilot": "train.threads=1", "seed": 0, "gain": 0.30},
-    ])
-    measured = pd.DataFrame([
-        {"cell": "ppo 4x", "pilot": "train.threads=1", "seed": 1, "gain": 0.25},  # measured again
-        {"cell": "ppo 4x", "pilot": "train.threads=1", "seed": 3, "gain": 0.40},  # new
-    ])
+    kept = pd.DataFrame([_row("ppo 4x", 0, 0.10), _row("ppo 4x", 1, 0.20), _row("ppo 1x", 0, 0.30)])
+    measured = pd.DataFrame([_row("ppo 4x", 1, 0.25),    # measured again: replaces the kept row
+                             _row("ppo 4x", 3, 0.40)])   # new
     rows = merge_rows(kept, measured)
     assert list(zip(rows["cell"], rows["seed"], rows["gain"], strict=True)) == [
         ("ppo 1x", 0, 0.30), ("ppo 4x", 0, 0.10), ("ppo 4x", 1, 0.25), ("ppo 4x", 3, 0.40)]
+
+
+def test_merge_prefers_whole_token_rows_over_an_exports_sample():
+    nan = math.nan
+    kept = pd.DataFrame([_row("bapo 4x", 0, 0.10, band=0.004)])            # from whole rows
+    measured = pd.DataFrame([_row("bapo 4x", 0, 0.10, band=nan),           # the export's copy
+                             _row("bapo 4x", 3, 0.20, band=nan),           # export, first root...
+                             _row("bapo 4x", 3, 0.20, band=0.005)])        # ...runs/, second root
+    rows = merge_rows(kept, measured)
+    assert rows["seed"].tolist() == [0, 3] and rows["band_mass"].tolist() == [0.004, 0.005]
+
+
+def test_bapo_without_whole_token_rows_is_refused_with_the_rerun_command(capsys):
+    rows = pd.DataFrame([_row("bapo 4x", 0, 0.1), _row("bapo 4x", 4, 0.1, band=math.nan),
+                         _row("bapo 4x", 3, 0.1, band=math.nan), _row("ppo 4x", 5, 0.1, band=math.nan)])
+    line = config_error(capsys, lambda: check_whole_tokens(rows))
+    assert line.startswith("bapo 4x seed(s) 3,4 have no whole token rows")
+    assert "python -m src.run -m experiment=ramble_4x method=bapo seed=3,4 train.threads=1" in line
+    assert len(check_whole_tokens(rows.iloc[[0, 3]])) == 2  # ppo needs no token rows
 
 
 def test_one_seed_under_two_override_levels_is_refused(capsys):
@@ -85,3 +109,19 @@ def test_one_seed_under_two_override_levels_is_refused(capsys):
     line = config_error(capsys, lambda: check_one_level(rows))
     assert line.startswith("testbed_grid_rows.csv holds one seed of a cell twice") and "train.threads=2" in line
     assert len(check_one_level(rows.iloc[:1])) == 1
+
+
+def test_token_stats_are_not_taken_from_an_exports_sample(tmp_path):
+    from experiments.calibration.testbed_targets import TOKEN_COLUMNS, token_stats
+
+    # one group with a correct response of 2 tokens and a failing one of 4, every ratio 1
+    rows = pd.DataFrame({"step": 0, "update": 0, "response_id": [0, 0, 1, 1, 1, 1], "group_id": 0,
+                         "ratio": 1.0, "advantage": [1.0, 1.0, -1.0, -1.0, -1.0, -1.0],
+                         "in_loss": True, "reward": [1.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+                         "response_length": [2, 2, 4, 4, 4, 4]})[TOKEN_COLUMNS]
+    (tmp_path / "tokens").mkdir()
+    rows.to_parquet(tmp_path / "tokens" / "step_000.parquet")
+    whole = token_stats(tmp_path)
+    assert whole == {"band_mass": 0.0, "length_ratio": 2.0}  # r = 1 is in no band; 4 / 2
+    (tmp_path / "tokens" / "step_000.parquet").rename(tmp_path / "tokens" / "sampled.parquet")
+    assert all(math.isnan(v) for v in token_stats(tmp_path).values())
