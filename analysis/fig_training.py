@@ -187,7 +187,7 @@ def fig09_bapo_vs_ppo(runs: RunSet, opts: Options) -> FigureResult:
                    and r.method_param(r.traits.target) is not None})
     nrows, ncols = len(FIG9_PANELS), len(both)
     x, x_label = step_axis(runs)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(2.9 * ncols + 1.2, 2.1 * nrows),
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.9 * ncols + 1.8, 2.1 * nrows),
                              squeeze=False, sharex=True, sharey="row")
     for i, (metric, label) in enumerate(FIG9_PANELS):
         for j, k in enumerate(both):
@@ -203,16 +203,20 @@ def fig09_bapo_vs_ppo(runs: RunSet, opts: Options) -> FigureResult:
                 same = " (same updates: lines coincide)" if k == 1 else ""
                 ax.set_title(f"staleness {stx(k)}{same}", fontsize=9)
             ax.set_ylabel(label if j == 0 else "")
-            ax.set_xlabel(x_label if i == nrows - 1 else "")
+            # one x label under the whole grid: per column, the update-axis label of two
+            # narrow columns ran into each other
+            ax.set_xlabel(x_label if i == nrows - 1 and ncols == 1 else "")
             if ax.get_legend() is not None:
                 ax.get_legend().remove()
+    if ncols > 1:
+        fig.supxlabel(x_label, fontsize=10)
     handles, labels = axes[2, -1].get_legend_handles_labels()
     keep = [(h, lab) for h, lab in zip(handles, labels, strict=True)
             if lab not in ("method", "staleness") and not lab.endswith("x")]
     fig.legend(*zip(*keep, strict=True), loc="center right", frameon=False)
     suptitle(fig, "bapo vs ppo; mean over seeds, band: 95% t-interval (clipped to the "
              "metric's range)")
-    fig.tight_layout(rect=(0, 0, 1 - 1.3 / fig.get_figwidth(), 1))
+    fig.tight_layout(rect=(0, 0, 1 - 1.9 / fig.get_figwidth(), 1))
     name = "fig09_bapo_vs_ppo"
     return FigureResult(name, save(fig, name, opts), curves, {"rho0": rho0})
 

@@ -116,7 +116,7 @@ def smooth_steps(df: pd.DataFrame, cols: list[str], window: int) -> pd.DataFrame
 # Axis labels with units, and the range a metric can take (bands are clipped to it: a
 # t-interval over 3 seeds can reach far past what the metric allows).
 STEP_AXIS = "training step (rollout batches)"
-UPDATE_AXIS = "optimizer updates (steps x updates per step)"
+UPDATE_AXIS = "optimizer updates"  # steps x updates per step; a longer label ran into the next panel's
 METRIC_AXES: dict[str, tuple[str, float | None, float | None]] = {
     "reward_mean": ("mean reward (0-1)", 0.0, 1.0),
     "accuracy": ("accuracy (share correct)", 0.0, 1.0),
