@@ -1,5 +1,6 @@
 """The committed figures/ are what analysis/make_figures.py draws from experiments/results,
-and figures/paper_grid/ what it draws from experiments/paper_grid."""
+figures/paper_grid/ what it draws from experiments/paper_grid, and figures/testbed_grid/ what
+it draws from experiments/testbed_grid."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "r
 
 
 # figures/lag*/ are the lag reports' (analysis/lag_report.py, tested on their own);
-# figures/paper_grid/ is its own root's.
-OTHER_ROOTS = ("lag", "paper_grid")
+# figures/paper_grid/ and figures/testbed_grid/ are their own roots'.
+OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid")
 
 
 @pytest.mark.parametrize("runs, figures", [("experiments/results", FIGURES),
-                                           ("experiments/paper_grid", FIGURES / "paper_grid")])
+                                           ("experiments/paper_grid", FIGURES / "paper_grid"),
+                                           ("experiments/testbed_grid", FIGURES / "testbed_grid")])
 def test_committed_report_regenerates_from_committed_results(tmp_path, monkeypatch, runs, figures):
     if not ((ROOT / runs).is_dir() and (figures / "REPORT.md").is_file()):
         pytest.skip(f"no committed results yet ({runs}, {figures / 'REPORT.md'})")
