@@ -47,6 +47,8 @@ def test_quoted_claim_counts_are_the_reports():
     assert f"all four suites have {quoted(first_build, 'all')}" in text
     assert len(first_build.drop(index="all")) == 4  # "all four suites"
     assert f"has {quoted(paper_grid, 'all')} claims (the other {paper_grid.loc['all', 'no data']}" in text
+    testbed = pd.read_csv(REPO / "figures" / "testbed_grid" / "claim_counts.csv").set_index("label")
+    assert f"has {quoted(testbed, 'all')} claims (the other {testbed.loc['all', 'no data']}" in text
 
 
 def test_quoted_results_are_in_the_reports():
@@ -55,6 +57,7 @@ def test_quoted_results_are_in_the_reports():
             if line.startswith("| ") and " ± " in line]
     reports = " ".join(p.read_text() for p in [REPO / "figures" / "REPORT.md",
                                                REPO / "figures" / "paper_grid" / "REPORT.md",
+                                               REPO / "figures" / "testbed_grid" / "REPORT.md",
                                                *sorted((REPO / "figures").glob("lag*/REPORT.md"))])
     quoted = [m for line in rows for m in re.findall(r"[+-]?\d+\.\d+ ± \d+\.\d+", line)]
     assert quoted, "the README's claims table quotes no interval"
