@@ -180,9 +180,11 @@ def main() -> None:
     lines += [f"| {t} | {m} | {v} |" for t, m, v in judge(rows)]
     MD.write_text(
         f"# The testbed targets judged on the grid's seeds ({args.testbed})\n\n"
-        "Written by `testbed_judge.py` from the testbed grid's run dirs, whole (token rows "
-        "included); per-run rows in `testbed_grid_rows.csv`, gathered over sessions (a row "
-        "stays when its run dir is gone). Seeds per cell: "
+        "Written by `testbed_judge.py` from the testbed grid's run dirs: bapo 4x's band mass "
+        "and length ratio from its whole token rows (an export keeps only a sample, so those "
+        "runs are rerun bit for bit), every other column from metrics.jsonl and meta.json, "
+        "which an export keeps whole; per-run rows in `testbed_grid_rows.csv`, gathered over "
+        "sessions (a row stays when its run dir is gone). Seeds per cell: "
         + "; ".join(f"{c}: {s}" for c, s in seeds.items()) + ".\n\n" + "\n".join(lines) + "\n")
     print(MD.read_text())
 

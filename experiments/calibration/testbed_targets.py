@@ -30,6 +30,11 @@ import pandas as pd
 import yaml
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parents[1]) not in sys.path:  # run as a script, only experiments/calibration is there
+    sys.path.insert(0, str(HERE.parents[1]))
+
+from experiments.export_results import SAMPLE_NAME  # noqa: E402 - the export's thinned token rows
+
 CSV, MD = HERE / "testbed_pilots.csv", HERE / "testbed_pilots.md"
 FINAL_EVALS = 3
 # the bands BAPO's grid can move (start [0.6, 1.2], maxima [0.9, 3.0]): negative tokens a
@@ -67,14 +72,11 @@ def update_stats(records: list[dict]) -> dict:
     }
 
 
-SAMPLED = "sampled.parquet"  # experiments/export_results.py's thinned token rows
-
-
 def token_stats(run_dir: Path) -> dict:
     """Band mass and length ratio from the run's whole token rows; NaN where it has none or
     only an export's sample of responses (a sample would give a different number)."""
     parts = sorted((run_dir / "tokens").glob("*.parquet"))
-    if not parts or any(p.name == SAMPLED for p in parts):
+    if not parts or any(p.name == SAMPLE_NAME for p in parts):
         return {"band_mass": math.nan, "length_ratio": math.nan}
     t = pd.concat([pd.read_parquet(p, columns=TOKEN_COLUMNS) for p in parts], ignore_index=True)
     loss = t[t["in_loss"]]
