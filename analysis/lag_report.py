@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # `python analysis/lag_report.py` puts only analysis/ there
@@ -164,12 +165,22 @@ def write(runs: RunSet, pilots: RunSet | None, opts: Options,
         if f.name in ("lag_bapo", "lag_forest"):
             name = {"lag_bapo": "lag_search", "lag_forest": "lag_paired"}[f.name]
             f.data.to_csv(opts.out / f"{name}.csv", index=False)
-    tasks = ", ".join(f"`{t}`" for t in sorted({str(r.cfg("task.name", "arithmetic")) for r in runs.runs}))
+    tasks = ", ".join(sorted({task_label(r.config.get("task") or {}) for r in runs.runs}))
     text = _markdown(s, claims, figures, skipped, warm, ppo_updates, title, tasks, variants)
     text += apart_lines(apart, cell_table, md_table)
     path = opts.out / "REPORT.md"
     path.write_text(text)
     return path
+
+
+def task_label(task: dict) -> str:
+    """The task's name and the params it changes from conf/task/<name>.yaml (the ramble
+    testbed is `guess_check` with ramble_fraction 0.3; its name alone would hide that)."""
+    name = str(task.get("name", "arithmetic"))
+    default = REPO / "conf" / "task" / f"{name}.yaml"
+    base = (yaml.safe_load(default.read_text()) or {}).get("params", {}) if default.is_file() else {}
+    changed = {k: v for k, v in sorted((task.get("params") or {}).items()) if base.get(k) != v}
+    return f"`{name}`" + (f" ({', '.join(f'{k} {v}' for k, v in changed.items())})" if changed else "")
 
 
 def pilot_runs(pilots: RunSet, build: str) -> RunSet | None:

@@ -12,6 +12,7 @@ import pytest
 from analysis.fig_lag import outside_clip, paired_rows, ratio_shares
 from analysis.lag_claims import lag_claims
 from analysis.lag_report import main as lag_report_main
+from analysis.lag_report import task_label
 from analysis.lag_runs import check_one_warm_start, lag_table, steady_updates
 from analysis.loader import load_runs
 from tests.conftest import config_error
@@ -455,3 +456,12 @@ def test_a_variant_is_paired_with_its_method_and_with_ppo_at_its_lag():
         f"-0.050 ± {T975_2 * sd / np.sqrt(3):.3f} (n=3; 0 of 3 seeds > 0)")
     # no variant: an empty table, so the report leaves the section out
     assert variant_table(_summary((0.1, 0.1, 0.1)), {"bapo": "bapo", "ppo": "ppo"}).empty
+
+
+def test_task_label_names_the_params_a_run_changes_from_the_task_yaml():
+    # conf/task/guess_check.yaml sets max_value 20 and has no ramble_fraction
+    ramble = {"name": "guess_check", "params": {"max_value": 20, "ramble_fraction": 0.3}}
+    assert task_label(ramble) == "`guess_check` (ramble_fraction 0.3)"
+    assert task_label({"name": "guess_check", "params": {"max_value": 20}}) == "`guess_check`"
+    assert task_label({"name": "guess_check", "params": {"max_value": 30}}) == "`guess_check` (max_value 30)"
+    assert task_label({}) == "`arithmetic`"
