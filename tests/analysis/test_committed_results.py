@@ -1,6 +1,7 @@
 """The committed figures/ are what analysis/make_figures.py draws from experiments/results,
-figures/paper_grid/ what it draws from experiments/paper_grid, and figures/testbed_grid/ what
-it draws from experiments/testbed_grid."""
+figures/paper_grid/ what it draws from experiments/paper_grid, figures/testbed_grid/ what
+it draws from experiments/testbed_grid, and figures/testbed_lags/ what analysis/lag_report.py
+draws from experiments/testbed_lags with the grid's ramble_1x as lag 0."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import make_figures
+from analysis import lag_report, make_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS, FIGURES = ROOT / "experiments" / "results", ROOT / "figures"
@@ -16,9 +17,10 @@ TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "r
                 "bapo_search.csv"]
 
 
-# figures/lag*/ are the lag reports' (analysis/lag_report.py, tested on their own);
+# figures/lag*/ and figures/testbed_lags/ are lag reports' (analysis/lag_report.py);
 # figures/paper_grid/ and figures/testbed_grid/ are their own roots'.
-OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid")
+OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid", "testbed_lags")
+LAG_OUTPUTS = ["REPORT.md", "lag_summary.csv", "lag_claims.csv", "lag_search.csv", "lag_paired.csv"]
 
 
 @pytest.mark.parametrize("runs, figures", [("experiments/results", FIGURES),
@@ -42,3 +44,18 @@ def test_committed_report_regenerates_from_committed_results(tmp_path, monkeypat
         return {p.name for p in (root / "suites").iterdir()} if (root / "suites").is_dir() else set()
 
     assert suite_dirs(figures) == suite_dirs(tmp_path)
+
+
+def test_committed_testbed_lag_report_regenerates_from_committed_results(tmp_path, monkeypatch):
+    figures = FIGURES / "testbed_lags"
+    if not (figures / "REPORT.md").is_file():
+        pytest.skip("no committed testbed lag report yet")
+    roots = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "experiments" / "testbed_lags").iterdir()
+                   if p.is_dir()) + ["experiments/testbed_grid/ramble_1x"]
+    title = (figures / "REPORT.md").read_text().splitlines()[0].removeprefix("# ")
+    monkeypatch.chdir(ROOT)
+    code = lag_report.main(["--runs", *roots, "--out", str(tmp_path), "--title", title])
+    assert code == 0
+    for name in LAG_OUTPUTS:
+        assert (tmp_path / name).read_text() == (figures / name).read_text(), name
+    assert {p.name for p in figures.glob("*.png")} == {p.name for p in tmp_path.glob("*.png")}
