@@ -29,6 +29,7 @@ roots, or runs of more than one warm-start build.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -177,10 +178,16 @@ def task_label(task: dict) -> str:
     """The task's name and the params it changes from conf/task/<name>.yaml (the ramble
     testbed is `guess_check` with ramble_fraction 0.3; its name alone would hide that)."""
     name = str(task.get("name", "arithmetic"))
-    default = REPO / "conf" / "task" / f"{name}.yaml"
-    base = (yaml.safe_load(default.read_text()) or {}).get("params", {}) if default.is_file() else {}
+    base = _task_yaml_params(name)
     changed = {k: v for k, v in sorted((task.get("params") or {}).items()) if base.get(k) != v}
     return f"`{name}`" + (f" ({', '.join(f'{k} {v}' for k, v in changed.items())})" if changed else "")
+
+
+@functools.cache
+def _task_yaml_params(name: str) -> dict:
+    """conf/task/<name>.yaml's params, read once per task (a report labels hundreds of runs)."""
+    default = REPO / "conf" / "task" / f"{name}.yaml"
+    return (yaml.safe_load(default.read_text()) or {}).get("params", {}) if default.is_file() else {}
 
 
 def pilot_runs(pilots: RunSet, build: str) -> RunSet | None:
