@@ -55,7 +55,13 @@ STEP_MEAN_KEYS = ("clip_frac", *STATE_FRACTIONS,  # every state's share, so none
                   "m2_harmful", "m2_harmful_after", "m2po_tau",
                   "grad_clipped", "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1",
                   "behav_kl_k3", "behav_m2", "behav_ess", "behav_weight_mean",
-                  "behav_weight_capped_frac", "version_span_mean")
+                  "behav_weight_capped_frac", "version_span_mean",
+                  # the sampler-trainer mismatch and its correction (src/corrections/)
+                  "rollout_corr_kl", "rollout_corr_k3_kl", "rollout_corr_chi2_token",
+                  "rollout_corr_chi2_seq", "rollout_corr_log_ppl_diff", "rollout_corr_ppl_ratio",
+                  "rollout_corr_rollout_is_mean", "rollout_corr_rollout_is_eff_sample_size",
+                  "rollout_corr_rollout_is_ratio_fraction_high",
+                  "rollout_corr_rollout_is_masked_fraction", "rollout_corr_rollout_rs_masked_fraction")
 # Summed over a step's updates (per-bin counts) and the step's maximum.
 STEP_SUM_LIST_KEYS = ("ratio_hist_pos", "ratio_hist_neg")
 # The bins of ratio_hist_pos/neg: (<=0.2], (0.2, 0.5], ..., (1.2, 1.5], (1.5, 2], (2, inf).
@@ -91,6 +97,13 @@ ADDED_SECTIONS = {
                   "token_budget": None, "mask_stale_prefix": None},
     "numerics": "native",
     "train": {"minibatch_split": "responses"},
+    # The mismatch work: the sampler in the trainer's own fp32 weights, evals at T = 1 (the
+    # only temperature runs could use before), no correction.
+    "rollout": {"precision": "fp32"},
+    "eval": {"temperature": 1.0},
+    "correction": {"name": "none", "rollout_is": None, "rollout_is_threshold": 2.0,
+                   "rollout_is_batch_normalize": False, "rollout_rs": None,
+                   "rollout_rs_threshold": None, "bypass_mode": False},
 }
 # Keys of ADDED_SECTIONS whose default moved after runs were committed: the decoupled
 # objective clamped its behaviour weight at verl's 2.0 and now masks above AReaL's 5.0.
