@@ -101,6 +101,8 @@ ADDED_SECTIONS = {
     # only temperature runs could use before), no correction.
     "rollout": {"precision": "fp32"},
     "eval": {"temperature": 1.0},
+    # the warm start's SFT without label smoothing (every shipped build)
+    "model": {"sft": {"label_smoothing": 0.0}},
     "correction": {"name": "none", "rollout_is": None, "rollout_is_threshold": 2.0,
                    "rollout_is_batch_normalize": False, "rollout_rs": None,
                    "rollout_rs_threshold": None, "bypass_mode": False},
@@ -194,14 +196,19 @@ def upgrade_method_layout(cfg: dict) -> dict:
 def upgrade_config(cfg: dict) -> dict:
     """A stored config in today's layout: the method's section, and every section and key
     added since with the values the run used (`ADDED_SECTIONS`)."""
-    cfg = dict(upgrade_method_layout(cfg))
-    for name, old in ADDED_SECTIONS.items():
-        if name not in cfg:
-            cfg[name] = dict(old) if isinstance(old, dict) else old
-        elif isinstance(old, dict) and isinstance(cfg[name], dict):
-            # a section that existed before some of its keys: e.g. offpolicy before weight_rule
-            cfg[name] = {**cfg[name], **{k: v for k, v in old.items() if k not in cfg[name]}}
-    return cfg
+    return _with_added(dict(upgrade_method_layout(cfg)), ADDED_SECTIONS)
+
+
+def _with_added(node: dict, added: dict) -> dict:
+    """`node` with every key of `added` it lacks, at any depth: a section that existed before
+    some of its keys (offpolicy before weight_rule, model.sft before label_smoothing)."""
+    out = dict(node)
+    for name, old in added.items():
+        if name not in out:
+            out[name] = _with_added({}, old) if isinstance(old, dict) else old
+        elif isinstance(old, dict) and isinstance(out[name], dict):
+            out[name] = _with_added(out[name], old)
+    return out
 
 
 # -- meta.json -----------------------------------------------------------------------------
