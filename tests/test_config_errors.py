@@ -60,6 +60,9 @@ BAD_CONFIGS = [
     # a cap at or below 1 would cut every token the policy has moved toward (AReaL refuses it)
     (["offpolicy.anchor=decoupled", "offpolicy.weight_cap=0.5"], "offpolicy.weight_cap"),
     (["offpolicy.anchor=decoupled", "offpolicy.weight_rule=truncate"], "offpolicy.weight_rule"),
+    # the 2025-26 clip family: temperatures, thresholds and budgets > 0, betas >= 0, bounds in order
+    (["method=sapo", "method.sapo.tau_pos=0"], "method.sapo.tau_pos"),
+    (["method=sapo", "method.sapo.tau_neg=-1.05"], "method.sapo.tau_neg"),
 ]
 
 

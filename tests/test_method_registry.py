@@ -57,6 +57,9 @@ PUBLISHED = {
                  {"c_low": 0.0, "c_high": 2.0, **CLIP, "ratio": 2e-4, "lb": 1.0, "ub": 5.0}),
     # arXiv 2505.22617: k = 2e-3 (Qwen2.5-7B), beta = 1
     "kl_cov": ("kl_cov", "token-mean", {"ratio": 2e-3, "coef": 1.0}),
+    # arXiv 2511.20347 as verl and TRL ship it: tau_pos 1.0, tau_neg 1.05 (verl's actor.yaml,
+    # "the values used in the paper"; TRL's sapo_temperature_*), both seq-mean-token-mean
+    "sapo": ("sapo", "seq-mean-token-mean", {"tau_pos": 1.0, "tau_neg": 1.05}),
 }
 
 

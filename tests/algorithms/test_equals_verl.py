@@ -1,4 +1,5 @@
-"""cispo, kl_cov, clip_cov and gspo against verl's own implementation of each.
+"""cispo, kl_cov, clip_cov, gspo and sapo against verl's own implementation of each (a
+loss_mode the installed verl lacks is skipped).
 
 verl's side is its registered policy loss itself (tests/integrations/verl_reference.py calls
 `verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY[loss_mode]`; the case is skipped where
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from src.algorithms import policy_loss
+from src.algorithms import CLIP_STATES, policy_loss
 from tests.integrations.verl_reference import verl_policy_loss
 
 
@@ -52,6 +53,11 @@ CASES = [
                       old_scale=1.0, noise=6e-4,
                       exercised=lambda s: (s != 0).any() & (s == 0).any()),
                  id="gspo"),
+    # verl forces seq-mean-token-mean for sapo, whatever loss_agg_mode says
+    pytest.param(Case("sapo", {"tau_pos": 1.0, "tau_neg": 1.05}, {"aggregation": "seq-mean-token-mean"},
+                      agg="token-mean", noise=1.5,
+                      exercised=lambda s: s == CLIP_STATES.index("gated")),
+                 id="sapo"),
 ]
 
 
