@@ -63,6 +63,8 @@ BAD_CONFIGS = [
     # the 2025-26 clip family: temperatures, thresholds and budgets > 0, betas >= 0, bounds in order
     (["method=sapo", "method.sapo.tau_pos=0"], "method.sapo.tau_pos"),
     (["method=sapo", "method.sapo.tau_neg=-1.05"], "method.sapo.tau_neg"),
+    (["method=dppo_tv", "method.dppo_tv.delta_high=0"], "method.dppo_tv.delta_high"),
+    (["method=dppo_kl", "method.dppo_kl.delta_low=-0.05"], "method.dppo_kl.delta_low"),
 ]
 
 

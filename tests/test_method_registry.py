@@ -60,6 +60,12 @@ PUBLISHED = {
     # arXiv 2511.20347 as verl and TRL ship it: tau_pos 1.0, tau_neg 1.05 (verl's actor.yaml,
     # "the values used in the paper"; TRL's sapo_temperature_*), both seq-mean-token-mean
     "sapo": ("sapo", "seq-mean-token-mean", {"tau_pos": 1.0, "tau_neg": 1.05}),
+    # arXiv 2602.04879, the authors' run script (verl examples/dppo_trainer/run_qwen30b_dppo.sh):
+    # TV threshold 0.15 (KL 0.05) on both sides, clip_ratio_c=10000 (no truncation)
+    "dppo_tv": ("dppo_tv", "token-mean",
+                {"delta_low": 0.15, "delta_high": 0.15, "clip_ratio_c": 10000.0}),
+    "dppo_kl": ("dppo_kl", "token-mean",
+                {"delta_low": 0.05, "delta_high": 0.05, "clip_ratio_c": 10000.0}),
 }
 
 
