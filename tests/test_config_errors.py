@@ -65,6 +65,8 @@ BAD_CONFIGS = [
     (["method=sapo", "method.sapo.tau_neg=-1.05"], "method.sapo.tau_neg"),
     (["method=dppo_tv", "method.dppo_tv.delta_high=0"], "method.dppo_tv.delta_high"),
     (["method=dppo_kl", "method.dppo_kl.delta_low=-0.05"], "method.dppo_kl.delta_low"),
+    (["method=gppo", "method.gppo.beta1=-0.25"], "method.gppo.beta1"),
+    (["method=ce_gppo", "method.gppo.c_low=1.5"], "method.gppo.c_low"),
 ]
 
 

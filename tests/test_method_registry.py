@@ -66,6 +66,13 @@ PUBLISHED = {
                 {"delta_low": 0.15, "delta_high": 0.15, "clip_ratio_c": 10000.0}),
     "dppo_kl": ("dppo_kl", "token-mean",
                 {"delta_low": 0.05, "delta_high": 0.05, "clip_ratio_c": 10000.0}),
+    # arXiv 2508.07629, KlearReasoner's math script: clip 0.2 / 0.28, clip_ratio_c 10; its
+    # README: beta1 = beta2 = 1
+    "gppo": ("gppo", "token-mean",
+             {"c_low": 0.8, "c_high": 1.28, "dual_clip_c": 10.0, "beta1": 1.0, "beta2": 1.0}),
+    # arXiv 2509.20712, KlearReasoner's general-GPPO script: gppo_loss_beta1=0.25, beta2=1.0
+    "ce_gppo": ("gppo", "token-mean",
+                {"c_low": 0.8, "c_high": 1.28, "dual_clip_c": 10.0, "beta1": 0.25, "beta2": 1.0}),
 }
 
 
