@@ -67,6 +67,7 @@ BAD_CONFIGS = [
     (["method=dppo_kl", "method.dppo_kl.delta_low=-0.05"], "method.dppo_kl.delta_low"),
     (["method=gppo", "method.gppo.beta1=-0.25"], "method.gppo.beta1"),
     (["method=ce_gppo", "method.gppo.c_low=1.5"], "method.gppo.c_low"),
+    (["method=dcpo", "method.dcpo.eps_high=0"], "method.dcpo.eps_high"),
 ]
 
 

@@ -73,6 +73,9 @@ PUBLISHED = {
     # arXiv 2509.20712, KlearReasoner's general-GPPO script: gppo_loss_beta1=0.25, beta2=1.0
     "ce_gppo": ("gppo", "token-mean",
                 {"c_low": 0.8, "c_high": 1.28, "dual_clip_c": 10.0, "beta1": 0.25, "beta2": 1.0}),
+    # arXiv 2509.02333, lime-RL/DCPO recipe/dcpo/run_dcpo.sh: clip_type dynamic, eps 0.2 /
+    # 0.28, clip_ratio_c 10
+    "dcpo": ("dcpo", "token-mean", {"eps_low": 0.2, "eps_high": 0.28, "dual_clip_c": 10.0}),
 }
 
 

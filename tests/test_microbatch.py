@@ -38,7 +38,8 @@ ADVANTAGES = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
 # stay under its thresholds, sapo's gate stays above 1/2): narrower settings make them act.
 ACTING = {"sapo": {"tau_pos": 5.0, "tau_neg": 5.0},
           "dppo_tv": {"delta_low": 0.005, "delta_high": 0.005},
-          "dppo_kl": {"delta_low": 0.002, "delta_high": 0.002}}
+          "dppo_kl": {"delta_low": 0.002, "delta_high": 0.002},
+          "dcpo": {"eps_low": 0.002, "eps_high": 0.002}}
 
 
 @pytest.fixture(scope="module", autouse=True)
