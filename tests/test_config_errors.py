@@ -68,6 +68,7 @@ BAD_CONFIGS = [
     (["method=gppo", "method.gppo.beta1=-0.25"], "method.gppo.beta1"),
     (["method=ce_gppo", "method.gppo.c_low=1.5"], "method.gppo.c_low"),
     (["method=dcpo", "method.dcpo.eps_high=0"], "method.dcpo.eps_high"),
+    (["method=aspo", "method.aspo.c_low_high_entropy=1.5"], "method.aspo.c_low_high_entropy"),
 ]
 
 

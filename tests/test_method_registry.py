@@ -76,6 +76,11 @@ PUBLISHED = {
     # arXiv 2509.02333, lime-RL/DCPO recipe/dcpo/run_dcpo.sh: clip_type dynamic, eps 0.2 /
     # 0.28, clip_ratio_c 10
     "dcpo": ("dcpo", "token-mean", {"eps_low": 0.2, "eps_high": 0.28, "dual_clip_c": 10.0}),
+    # arXiv 2510.06062, wizard-III/Archer2.0 dp_actor.py's literals: ranges 0.2 / 0.4 (top-20%
+    # entropy tokens of a response) below and above, dual clips 3.0, quantile 0.8
+    "aspo": ("aspo", "token-mean", {"c_low": 0.8, "c_high": 1.2, "c_low_high_entropy": 0.6,
+                                    "c_high_high_entropy": 1.4, "dual_clip_neg": 3.0,
+                                    "dual_clip_pos": 3.0, "entropy_quantile": 0.8}),
 }
 
 
