@@ -60,7 +60,7 @@ STEP_MEAN_KEYS = ("clip_frac", *STATE_FRACTIONS,  # every state's share, so none
                   "contrib_grad_pos_share", "contrib_value_pos_share", "c_low", "c_high", "rho",
                   "grad_norm", "kl_k3", "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1",
                   "m2_harmful", "m2_harmful_after", "m2po_tau",
-                  "sapo_gate_pos", "sapo_gate_neg", "dppo_divergence", "dcpo_c_low_neg",
+                  "sapo_gate_pos", "sapo_gate_neg", "sapo_grad_pos_share", "dppo_divergence", "dcpo_c_low_neg",
                   "dcpo_c_high_pos", "aspo_high_entropy_frac",
                   "grad_clipped", "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1",
                   "behav_kl_k3", "behav_m2", "behav_ess", "behav_weight_mean",

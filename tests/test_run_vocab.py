@@ -97,7 +97,7 @@ def test_the_methods_own_record_keys_are_averaged_per_step():
     # left out of its mean
     from src.records import update_means
 
-    keys = ("sapo_gate_pos", "sapo_gate_neg", "dppo_divergence", "dcpo_c_low_neg",
+    keys = ("sapo_gate_pos", "sapo_gate_neg", "sapo_grad_pos_share", "dppo_divergence", "dcpo_c_low_neg",
             "dcpo_c_high_pos", "aspo_high_entropy_frac")
     step = update_means([{k: 0.5 for k in keys}, {k: 0.75 for k in keys}, {k: None for k in keys}])
     assert {k: step[k] for k in keys} == {k: 0.625 for k in keys}

@@ -158,6 +158,25 @@ def test_by_hand():
     assert m["sapo_gate_pos"] == pytest.approx((gate[0][0] + gate[0][1]) / 2, rel=1e-12)
     assert m["sapo_gate_neg"] == pytest.approx((gate[1][0] + gate[1][1]) / 2, rel=1e-12)
     assert (out.c_low, out.c_high) == (None, None)
+    # equal lengths: the per-response weighting leaves the positive share as the metrics' own
+    g = [[gate[i][j] * r[i, j].item() for j in range(2)] for i in range(2)]
+    share = sum(g[0]) / (sum(g[0]) + sum(g[1]))
+    assert m["sapo_grad_pos_share"] == pytest.approx(share, rel=1e-12)
+    assert m["contrib_grad_pos_share"] == pytest.approx(share, rel=1e-12)
+
+
+def test_the_aggregated_positive_share_weighs_tokens_as_the_loss_does():
+    # Row 0, A = +1, one token; row 1, A = -1, three tokens; every r = 1 (gate 1, w = 1).
+    # Every token alike: 1 / (1 + 3) = 0.25. Per-response means: 1 / (1 + 3 * 1/3) = 0.5,
+    # and under token-mean the two readings agree.
+    logp = torch.zeros(2, 3, dtype=F64, requires_grad=True)
+    mask = torch.tensor([[True, False, False], [True, True, True]])
+    adv = torch.tensor([1.0, -1.0], dtype=F64)
+    out = policy_loss("sapo", logp, torch.zeros(2, 3, dtype=F64), adv, mask, aggregation=AGG)
+    assert out.metrics["contrib_grad_pos_share"] == pytest.approx(0.25, rel=1e-12)
+    assert out.metrics["sapo_grad_pos_share"] == pytest.approx(0.5, rel=1e-12)
+    out = policy_loss("sapo", logp, torch.zeros(2, 3, dtype=F64), adv, mask, aggregation="token-mean")
+    assert out.metrics["sapo_grad_pos_share"] == pytest.approx(0.25, rel=1e-12)
 
 
 def test_a_zero_advantage_takes_tau_neg_and_carries_nothing():

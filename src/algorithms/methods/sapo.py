@@ -25,7 +25,10 @@ Clip states: `gated` where the gate keeps less than half of the token's plain-su
 gradient (4 s (1 - s) < 1/2, i.e. |r - 1| > 1.763 / tau), else `none`; a token whose log r
 was clamped has no gradient (as in verl) and is `masked`. `weight` is 4 s (1 - s) r. The
 update record holds the mean gate factor over the A > 0 and the A < 0 tokens
-(`sapo_gate_pos`, `sapo_gate_neg`): the continuous reading of what the gate did.
+(`sapo_gate_pos`, `sapo_gate_neg`): the continuous reading of what the gate did; and the
+positive share of the gradient as the aggregation weighs the tokens (`sapo_grad_pos_share`),
+which `contrib_grad_pos_share` (every token alike) does not: under the per-response mean the
+tokens of short responses weigh more.
 """
 
 from __future__ import annotations
@@ -84,5 +87,18 @@ class Sapo(Method):
         state[x.mask & (gate < GATED_BELOW)] = GATED
         state[clamped] = MASKED
         record = {"sapo_gate_pos": mean_over(gate, x.mask & (adv > 0)),
-                  "sapo_gate_neg": mean_over(gate, x.mask & (adv < 0))}
+                  "sapo_gate_neg": mean_over(gate, x.mask & (adv < 0)),
+                  "sapo_grad_pos_share": self._aggregated_share(weight, adv, x.mask)}
         return TokenObjective(value, state, weight, x.mask, record=record)
+
+    def _aggregated_share(self, weight, adv, mask) -> float | None:
+        """The positive tokens' share of sum |w A| with each token weighted as the loss's
+        aggregation weighs it (seq-mean-token-mean: 1 / its response's length). The metrics'
+        `contrib_grad_pos_share` weighs every token alike, which is this under token-mean; under
+        the per-response mean that sapo runs, short responses' tokens weigh more."""
+        per_token = torch.ones_like(weight)
+        if self.aggregation == "seq-mean-token-mean":
+            per_token = 1.0 / mask.sum(dim=-1, keepdim=True).clamp(min=1).to(weight.dtype).expand_as(weight)
+        g = (weight * adv.abs() * per_token).detach().double()
+        pos, neg = float(g[mask & (adv > 0)].sum()), float(g[mask & (adv < 0)].sum())
+        return pos / (pos + neg) if pos + neg > 0 else None
