@@ -30,8 +30,10 @@ class ClipState:
     fraction: str | None  # the update/step record key of the state's share of loss tokens
 
 
-# One line per state; its code is its position (the first four keep the codes they always
-# had). See src/algorithms/surrogate.py for which method sets which state.
+# One line per state; its code is its position, so a new state is appended, never inserted:
+# token files of earlier runs store the names, but the int8 codes of the trainer and the
+# token viewer follow this order. See src/algorithms/surrogate.py for which method sets which
+# state.
 CLIP_STATES = (
     ClipState("none", carries_gradient=True, fraction=None),
     ClipState("clip_low", carries_gradient=False, fraction="clip_low_frac"),
@@ -41,6 +43,11 @@ CLIP_STATES = (
     ClipState("trunc_low", carries_gradient=True, fraction="trunc_low_frac"),
     ClipState("trunc_high", carries_gradient=True, fraction="trunc_high_frac"),
     ClipState("kl_penalty", carries_gradient=True, fraction="kl_penalty_frac"),
+    # the 2025-26 clip family (sapo, gppo, aspo); appended, so older codes keep their place
+    ClipState("gated", carries_gradient=True, fraction="gated_frac"),
+    ClipState("preserved_low", carries_gradient=True, fraction="preserved_low_frac"),
+    ClipState("preserved_high", carries_gradient=True, fraction="preserved_high_frac"),
+    ClipState("dual_capped", carries_gradient=True, fraction="dual_capped_frac"),
 )
 CLIP_STATE_NAMES = tuple(s.name for s in CLIP_STATES)
 NO_GRADIENT_STATES = tuple(s.name for s in CLIP_STATES if not s.carries_gradient)
@@ -53,6 +60,8 @@ STEP_MEAN_KEYS = ("clip_frac", *STATE_FRACTIONS,  # every state's share, so none
                   "contrib_grad_pos_share", "contrib_value_pos_share", "c_low", "c_high", "rho",
                   "grad_norm", "kl_k3", "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1",
                   "m2_harmful", "m2_harmful_after", "m2po_tau",
+                  "sapo_gate_pos", "sapo_gate_neg", "sapo_grad_pos_share", "dppo_divergence", "dcpo_c_low_neg",
+                  "dcpo_c_high_pos", "aspo_high_entropy_frac",
                   "grad_clipped", "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1",
                   "behav_kl_k3", "behav_m2", "behav_ess", "behav_weight_mean",
                   "behav_weight_capped_frac", "version_span_mean",

@@ -80,6 +80,15 @@ BAD_CONFIGS = [
     (["correction.bypass_mode=true", "offpolicy.source=delay", "offpolicy.delay=2",
       "offpolicy.anchor=decoupled"], "correction.bypass_mode"),
     (["correction=nonexistent"], "correction"),
+    # the 2025-26 clip family: temperatures, thresholds and budgets > 0, betas >= 0, bounds in order
+    (["method=sapo", "method.sapo.tau_pos=0"], "method.sapo.tau_pos"),
+    (["method=sapo", "method.sapo.tau_neg=-1.05"], "method.sapo.tau_neg"),
+    (["method=dppo_tv", "method.dppo_tv.delta_high=0"], "method.dppo_tv.delta_high"),
+    (["method=dppo_kl", "method.dppo_kl.delta_low=-0.05"], "method.dppo_kl.delta_low"),
+    (["method=gppo", "method.gppo.beta1=-0.25"], "method.gppo.beta1"),
+    (["method=ce_gppo", "method.gppo.c_low=1.5"], "method.gppo.c_low"),
+    (["method=dcpo", "method.dcpo.eps_high=0"], "method.dcpo.eps_high"),
+    (["method=aspo", "method.aspo.c_low_high_entropy=1.5"], "method.aspo.c_low_high_entropy"),
 ]
 
 
