@@ -10,7 +10,7 @@
 Reads the lag sweeps' runs (experiments/sweeps.yaml: lag4, lag16, lag64, corrections,
 large_lag, large_lag_peers, scenarios, start_bounds). Every run must come from one
 warm-start build, told apart by the weights digest in meta.json or, for runs without one,
-by the step-0 greedy accuracy (analysis/lag_runs.py; the report stops and names the runs
+by the step-0 greedy accuracy (analysis/core/lags.py; the report stops and names the runs
 otherwise), so runs made on another machine, or on another task, go to a root and a report
 of their own. One-seed pilots never sit beside the sweeps: a cell with one seed where the
 report's cells have more is left out of the sweep tables and figures and listed apart, and
@@ -18,8 +18,8 @@ the calibration pilots (experiments/calibration/runs/L*) come in only with `--pi
 figure of their own (lag_pilot_ratios.png). Writes <out>/{lag_*.png, REPORT.md,
 lag_summary.csv, lag_claims.csv, lag_search.csv, lag_paired.csv} and, where a method also
 ran with other parameters (an ablation such as `start_bounds`), lag_variants.csv (default
-figures/lag/). Final accuracy is the mean of a run's last three evals (analysis/final.py);
-the claims get Holm's correction over the report's tested rows (analysis/multiplicity.py).
+figures/lag/). Final accuracy is the mean of a run's last three evals (analysis/core/final.py);
+the claims get Holm's correction over the report's tested rows (analysis/core/multiplicity.py).
 
 Exit code 0 when the report is written; 2 with one `config error:` line, as `python -m
 src.run`, for bad input: a --runs folder that does not exist, no usable run under the
@@ -40,8 +40,24 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # `python analysis/lag_report.py` puts only analysis/ there
     sys.path.insert(0, str(REPO))
 
-from analysis import style  # noqa: E402
-from analysis.fig_lag import (  # noqa: E402
+from analysis.claims.lag import lag_claims  # noqa: E402
+from analysis.core import style  # noqa: E402
+from analysis.core.final import FINAL_EVALS  # noqa: E402
+from analysis.core.lags import (  # noqa: E402
+    build_labels,
+    check_one_warm_start,
+    lag_summary,
+    lag_table,
+    steady_updates,
+)
+from analysis.core.loader import RunSet, load_runs  # noqa: E402
+from analysis.core.multiplicity import fmt_holm, with_holm  # noqa: E402
+from analysis.core.pilots import LAG_CELL, apart_lines, one_seed_cells  # noqa: E402
+from analysis.core.plotting import Options, SkipFigure  # noqa: E402
+from analysis.core.search_ceiling import annotate  # noqa: E402
+from analysis.core.search_outcomes import searches_bounds  # noqa: E402
+from analysis.core.stats import fmt_ci  # noqa: E402
+from analysis.figures.lag import (  # noqa: E402
     corrections_table,
     fig_lag_bapo,
     fig_lag_corrections,
@@ -52,24 +68,8 @@ from analysis.fig_lag import (  # noqa: E402
     outside_clip,
     ratio_shares,
 )
-from analysis.final import FINAL_EVALS  # noqa: E402
-from analysis.lag_claims import lag_claims  # noqa: E402
-from analysis.lag_runs import (  # noqa: E402
-    build_labels,
-    check_one_warm_start,
-    lag_summary,
-    lag_table,
-    steady_updates,
-)
-from analysis.lag_variants import variant_table  # noqa: E402
-from analysis.loader import RunSet, load_runs  # noqa: E402
-from analysis.multiplicity import fmt_holm, with_holm  # noqa: E402
-from analysis.pilots import LAG_CELL, apart_lines, one_seed_cells  # noqa: E402
-from analysis.plotting import Options, SkipFigure  # noqa: E402
-from analysis.report import holm_counts, md_table, verdict_counts  # noqa: E402
-from analysis.search_ceiling import annotate  # noqa: E402
-from analysis.search_outcomes import searches_bounds  # noqa: E402
-from analysis.stats import fmt_ci  # noqa: E402
+from analysis.reports.lag_variants import variant_table  # noqa: E402
+from analysis.reports.paper import holm_counts, md_table, verdict_counts  # noqa: E402
 from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
 
 DEFAULT_RUNS = REPO / "experiments" / "lag_results"

@@ -5,7 +5,7 @@ python analysis/make_figures.py --runs experiments/results --out figures \
     --docs docs/reproduction.md                                          # the committed ones
 
 Runs are grouped into cells (one experiment, method and config; only seeds pooled) and
-suites (cells that can be compared, analysis/cells.py). The largest suite's figures go to
+suites (cells that can be compared, analysis/core/cells.py). The largest suite's figures go to
 --out, every other suite's to --out/suites/<name>/; REPORT.md covers them all. The files
 this tool manages in --out are replaced as a whole, never mixed with older ones.
 """
@@ -24,24 +24,22 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `analysis` importable from the repo root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis import (  # noqa: E402
-    fig_bounds,
-    fig_entropy_law,
-    fig_eval_steps,
-    fig_final,
-    fig_quadrants,
-    fig_ratio,
-    fig_rho,
-    fig_tokens,
-    fig_training,
-    style,
-)
-from analysis.doc_blocks import fill_docs  # noqa: E402
-from analysis.loader import RunSet, load_runs  # noqa: E402
-from analysis.pilots import one_seed_cells  # noqa: E402
-from analysis.plotting import FigureResult, Options, SkipFigure  # noqa: E402
-from analysis.report import CELL_COLS, SuiteFigures, verdict_counts, write_report  # noqa: E402
-from analysis.summary import run_summary  # noqa: E402
+from analysis.core import style  # noqa: E402
+from analysis.core.loader import RunSet, load_runs  # noqa: E402
+from analysis.core.pilots import one_seed_cells  # noqa: E402
+from analysis.core.plotting import FigureResult, Options, SkipFigure  # noqa: E402
+from analysis.core.summary import run_summary  # noqa: E402
+from analysis.figures import bounds as fig_bounds  # noqa: E402
+from analysis.figures import entropy_law as fig_entropy_law  # noqa: E402
+from analysis.figures import eval_steps as fig_eval_steps  # noqa: E402
+from analysis.figures import final as fig_final  # noqa: E402
+from analysis.figures import quadrants as fig_quadrants  # noqa: E402
+from analysis.figures import ratio as fig_ratio  # noqa: E402
+from analysis.figures import rho as fig_rho  # noqa: E402
+from analysis.figures import tokens as fig_tokens  # noqa: E402
+from analysis.figures import training as fig_training  # noqa: E402
+from analysis.reports.doc_blocks import fill_docs  # noqa: E402
+from analysis.reports.paper import CELL_COLS, SuiteFigures, verdict_counts, write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES: dict[str, Callable[[RunSet, Options], FigureResult]] = {
@@ -84,7 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--smooth", type=int, default=1, help="rolling window over steps")
     p.add_argument("--docs", nargs="*", default=[], type=Path,
                    help="docs whose generated blocks naming --out are refilled from the new "
-                   "report (analysis/doc_blocks.py), e.g. docs/reproduction.md")
+                   "report (analysis/reports/doc_blocks.py), e.g. docs/reproduction.md")
     return p.parse_args(argv)
 
 

@@ -10,11 +10,11 @@ its text (decoded with the run's warm-start tokenizer), coloured by clip state, 
 advantage sign, entropy, behaviour probability or lag; focus or hover shows a token's
 numbers. Filters (AND-ed): clipped (no gradient), A>0, A<0, entropy-increasing (A>0 and
 probability under pi_theta before the update below `lowp`: the "low p, A>0" kind of
-analysis/fig_tokens.py, PROB_SPLIT by default), and with --vs: kept by the first run and
+analysis/figures/tokens.py, PROB_SPLIT by default), and with --vs: kept by the first run and
 clipped by the other, the reverse, or either. A header per update counts tokens per clip
 state by sign and gives the bounds (and an adaptive method's decision: rho before and after
 its search). With --vs the two runs sit side by side, paired token by token (see
-analysis/token_view_data.py for what "paired" means and when it is the same sample).
+analysis/reports/token_data.py for what "paired" means and when it is the same sample).
 The URL fragment holds the state, so a view can be linked: step, update, color
 (clip|ratio|sign|entropy|prob|lag, and compare with --vs), filter (a comma list: clipped,
 pos, neg, entinc, and with --vs keptclip, clipkept, differs), lowp, token=RESPONSE:POSITION
@@ -52,8 +52,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # `python analysis/token_view.py` puts only analysis/ there
     sys.path.insert(0, str(REPO))
 
-from analysis.fig_tokens import PROB_SPLIT, SIGN_COLORS  # noqa: E402
-from analysis.token_view_data import (  # noqa: E402
+from analysis.figures.tokens import PROB_SPLIT, SIGN_COLORS  # noqa: E402
+from analysis.reports.token_data import (  # noqa: E402
     Packer,
     ViewError,
     ViewRun,
@@ -74,8 +74,8 @@ EXIT_BAD_INPUT = 2
 # Token rows (both runs together) past which only the chosen steps go into the page: at 16-20
 # bytes a row once packed (benchmarks/bench_token_view.py), a page stays under ~3 MiB.
 ROW_BUDGET = 150_000
-TEMPLATE = Path(__file__).with_name("token_view.html")
-SCRIPT = Path(__file__).with_name("token_view.js")
+TEMPLATE = Path(__file__).parent / "reports" / "token_view.html"
+SCRIPT = Path(__file__).parent / "reports" / "token_view.js"
 _MARKER = re.compile(r"@@(TITLE|HEAD_JSON|DATA_B64|SCRIPT)@@")
 
 
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the tokenizer dir (save_pretrained); default: the run's warm start")
     p.add_argument("--lowp", type=float, default=PROB_SPLIT,
                    help="entropy-increasing tokens: A>0 and probability under pi_theta below "
-                        f"this (default {PROB_SPLIT}, analysis/fig_tokens.py PROB_SPLIT)")
+                        f"this (default {PROB_SPLIT}, analysis/figures/tokens.py PROB_SPLIT)")
     args = p.parse_args(argv)
     try:
         page, summary = build(args)

@@ -131,7 +131,7 @@ def _source_files(where: Path) -> list[Path]:
 
 def test_no_code_outside_a_methods_own_file_branches_on_its_name():
     # analysis/ included: it reads what a method is from its traits (method.traits), and
-    # names only the paper's baseline and proposed method, once (analysis/style.py).
+    # names only the paper's baseline and proposed method, once (analysis/core/style.py).
     names = "|".join(sorted(METHODS))
     branch = re.compile(rf"""(objective|method)\S*\s*(==|!=|in)\s*[\(\[]?\s*["']({names})["']""")
     starts = re.compile(rf"""(objective|method)\S*\.startswith\(\s*["']({names})""")
@@ -144,7 +144,7 @@ def test_no_code_outside_a_methods_own_file_branches_on_its_name():
 
 
 def test_each_method_writes_its_traits_and_old_runs_get_the_registrys():
-    from analysis.loader import Run, registry_traits
+    from analysis.core.loader import Run, registry_traits
 
     bapo = compose(["method=bapo_value"]).method.to_container()
     assert bapo["traits"] == METHODS["bapo"].traits.to_config()
@@ -160,8 +160,8 @@ def test_each_method_writes_its_traits_and_old_runs_get_the_registrys():
 def test_old_runs_of_an_earlier_definition_under_the_same_name_get_no_traits():
     # m2po's runs made before it became the authors' clip (experiments/results/staleness_4x/
     # m2po) hold its masking rule's `tau` and no traits: they get none, not today's bounds
-    from analysis.loader import Run
-    from analysis.search_outcomes import searches_bounds
+    from analysis.core.loader import Run
+    from analysis.core.search_outcomes import searches_bounds
     from src.run_vocab import MethodTraits
 
     def run(params):

@@ -31,13 +31,13 @@ def test_importing_the_vocabulary_imports_neither_torch_nor_hydra():
 
 
 def test_analysis_reads_the_vocabulary_without_torch():
-    imports = "import analysis.loader, analysis.fig_tokens, analysis.fig_lag"
+    imports = "import analysis.core.loader, analysis.figures.tokens, analysis.figures.lag"
     assert _loaded_after(imports, ("torch",)) == []
 
 
 def test_analysis_counts_a_runs_updates_with_the_trainers_functions_without_torch():
-    # analysis/final.py and lag_runs.py call src/updates.py, as src/schedule does
-    assert _loaded_after("import src.updates, analysis.final, analysis.lag_runs",
+    # analysis/core/final.py and lag_runs.py call src/updates.py, as src/schedule does
+    assert _loaded_after("import src.updates, analysis.core.final, analysis.core.lags",
                          ("torch", "hydra", "omegaconf")) == []
 
 

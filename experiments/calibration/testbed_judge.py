@@ -37,7 +37,7 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 
 from testbed_targets import summarize  # noqa: E402
 
-from analysis.stats import fmt_ci, mean_ci  # noqa: E402
+from analysis.core.stats import fmt_ci, mean_ci  # noqa: E402
 from src.config_fields import config_exit  # noqa: E402
 from src.telemetry import read_status  # noqa: E402
 

@@ -10,10 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fig_bounds, fig_final, fig_quadrants, fig_tokens, fig_training, style
-from analysis.final import final_window
-from analysis.loader import load_runs
-from analysis.plotting import SkipFigure
+from analysis.core import style
+from analysis.core.final import final_window
+from analysis.core.loader import load_runs
+from analysis.core.plotting import SkipFigure
+from analysis.figures import bounds as fig_bounds
+from analysis.figures import final as fig_final
+from analysis.figures import quadrants as fig_quadrants
+from analysis.figures import tokens as fig_tokens
+from analysis.figures import training as fig_training
 
 
 def records(written, kind: str, pred=lambda m, k, s: True) -> pd.DataFrame:
@@ -83,7 +88,7 @@ def test_bands_stay_inside_what_a_metric_can_take(runset, opts):
 
 
 def test_clip_bands_by_hand():
-    from analysis.plotting import clip_bands
+    from analysis.core.plotting import clip_bands
 
     curves = pd.DataFrame({"metric": ["c_high", "c_high", "reward_mean", "entropy_mean"],
                            "ci_low": [0.2, 1.5, -0.3, -0.1], "ci_high": [3.6, 2.0, 0.5, 0.4]})
@@ -234,7 +239,7 @@ def test_fig10_prob_ratio_entropy(sweep, runset, opts):
 
 def test_fig10_compares_methods_at_one_staleness(tmp_path, opts, write_run):
     # ppo also ran at 8x: the panels stay at 4x, the level every method shares.
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     for method, k in (("ppo", 4), ("bapo", 4), ("ppo", 8)):
         write_run(tmp_path / "runs", method, k, 0)
@@ -277,7 +282,7 @@ def test_fig11_panels_share_a_scale_that_holds_both(tmp_path, opts, write_run):
     # bars, not stop where the sampled panel's whiskers do
     import json
 
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     for seed in range(3):
         run = write_run(tmp_path / "runs", "ppo", 2, seed)
@@ -312,7 +317,7 @@ def test_entropy_quadrants(sweep, runset, opts, tmp_path, write_run):
     assert len(res.paths) == 1
 
     write_run(tmp_path / "runs", "ppo", 2, 0, write_tokens=False)
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     no_tokens = load_runs([tmp_path / "runs"])
     with pytest.raises(SkipFigure, match="no runs with readable token parts"):
@@ -349,7 +354,7 @@ def test_figures_are_byte_identical_on_rerun(runset, opts, tmp_path):
     # Committed figures are checked by regenerating them: same data must give same bytes.
     from dataclasses import replace
 
-    from analysis.fig_bounds import fig08_bapo_bounds
+    from analysis.figures.bounds import fig08_bapo_bounds
 
     opts = replace(opts, formats=("png", "pdf"))
     first = {p.name: p.read_bytes() for p in fig08_bapo_bounds(runset, opts).paths}
@@ -361,7 +366,7 @@ def test_figures_are_byte_identical_on_rerun(runset, opts, tmp_path):
 def test_learning_figures_skip_random_reward_runs(tmp_path, opts, write_run):
     # Coin-flip rewards leave nothing to learn: accuracy, contribution and length by sign
     # would be noise, so those figures are skipped for such a suite.
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     for method, k in (("ppo", 1), ("ppo", 2), ("bapo", 2)):
         write_run(tmp_path / "runs", method, k, 0, extra_config={"task.reward": "random"})
@@ -383,7 +388,7 @@ def test_fig07_legend_names_bounds_and_seeds(runset):
 def test_titles_wrap_to_the_figure_width():
     import matplotlib.pyplot as plt
 
-    from analysis.plotting import wrapped
+    from analysis.core.plotting import wrapped
 
     fig = plt.figure(figsize=(3, 2))
     text = wrapped("word " * 60 + "\nsecond line", fig, 10)

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.report import claims_table, results_table, write_report
-from analysis.summary import run_summary
+from analysis.core.summary import run_summary
+from analysis.reports.paper import claims_table, results_table, write_report
 
 
 def test_run_summary_matches_the_written_records(sweep, runset):
@@ -161,14 +161,14 @@ def test_claim_verdicts_rest_on_paired_intervals_and_the_papers_levels():
 
 
 def test_verdict_counts_name_settled_and_unsettled_apart():
-    from analysis.report import verdict_counts
+    from analysis.reports.paper import verdict_counts
 
     claims = pd.DataFrame({"verdict": ["held", "not settled", "held", "no data", "not held"]})
     assert verdict_counts(claims) == "2 held, 1 not held, 1 not settled, 1 no data"
 
 
 def test_write_report(sweep, runset, tmp_path):
-    from analysis.report import SuiteFigures
+    from analysis.reports.paper import SuiteFigures
 
     summary = run_summary(runset)
     (suite,) = runset.suites
@@ -188,7 +188,7 @@ def test_write_report(sweep, runset, tmp_path):
 
 
 def test_search_outcomes_counts_each_ending():
-    from analysis.search_outcomes import outcome_table
+    from analysis.core.search_outcomes import outcome_table
     from src.algorithms import METHODS
 
     traits = METHODS["bapo"].traits

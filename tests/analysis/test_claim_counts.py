@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.claim_counts import ALL, claim_counts, counts_in_report
-from analysis.verdicts import VERDICTS
+from analysis.claims.verdicts import VERDICTS
+from analysis.reports.claim_counts import ALL, claim_counts, counts_in_report
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"
 
@@ -27,8 +27,8 @@ def test_claim_counts_by_hand():
 def test_run_index_maps_each_dir_to_its_overrides(tmp_path, write_run):
     import json
 
-    from analysis.loader import load_runs
-    from analysis.run_index import run_index
+    from analysis.core.loader import load_runs
+    from analysis.reports.run_index import run_index
 
     run = write_run(tmp_path, "ppo", 4, 1, extra_config={"train.lr": 1e-4})
     meta = json.loads((run.path / "meta.json").read_text())

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.fig_lag import outside_clip, paired_rows, ratio_shares
-from analysis.lag_claims import lag_claims
+from analysis.claims.lag import lag_claims
+from analysis.core.lags import check_one_warm_start, lag_table, steady_updates
+from analysis.core.loader import load_runs
+from analysis.figures.lag import outside_clip, paired_rows, ratio_shares
 from analysis.lag_report import main as lag_report_main
 from analysis.lag_report import task_label
-from analysis.lag_runs import check_one_warm_start, lag_table, steady_updates
-from analysis.loader import load_runs
 from tests.conftest import config_error
 
 T975_2 = 4.302652729911275  # Student t, 97.5%, 2 degrees of freedom (3 seeds)
@@ -299,7 +299,7 @@ def _searched(outcomes: list[tuple[str, bool]], rho0: float = 0.4) -> pd.DataFra
 
 
 def test_search_claim_compares_the_reach_rate_with_its_ceiling():
-    from analysis.stats import Z975
+    from analysis.core.stats import Z975
 
     # 10 updates: 6 at start; of the 4 below rho0, 1 reached and 3 ended at the grid's end
     # below rho0 (no bounds reach it): ceiling 1 of 4, reached 1 of 4 -> held
@@ -355,9 +355,9 @@ def test_report_cli_writes_claims_tables_and_figures(tmp_path, write_run):
 
 
 def test_lag_training_draws_a_line_per_lag_and_says_when_there_is_one(tmp_path, write_run):
-    from analysis.fig_lag import fig_lag_training
+    from analysis.core.plotting import Options
+    from analysis.figures.lag import fig_lag_training
     from analysis.lag_report import ppo_by_lag
-    from analysis.plotting import Options
 
     for delay in (1, 4):
         _delayed(write_run, tmp_path / "runs", "ppo", 0, delay)
@@ -397,8 +397,8 @@ def test_report_cli_exits_2_on_runs_of_two_warm_starts(tmp_path, write_run, caps
 
 
 def test_corrections_table_is_per_lag_and_anchor_over_seeds(tmp_path):
-    from analysis.fig_lag import corrections_table, fig_lag_corrections
-    from analysis.plotting import Options
+    from analysis.core.plotting import Options
+    from analysis.figures.lag import corrections_table, fig_lag_corrections
 
     rows = [{"method": "ppo", "source": "delay", "lag": lag, "lag_low": low, "anchor": a,
              "seed": s, "final_greedy_acc": base + 0.01 * s}
@@ -426,14 +426,14 @@ def test_positive_share_by_lag_counts_updates_below_rho0():
 
 
 def test_lag_order_puts_the_narrower_lag_first_on_a_tie():
-    from analysis.fig_lag import lag_order
+    from analysis.figures.lag import lag_order
 
     labels = pd.Series(["16-19", "0-3", "0", "4-7", "0-3"])
     assert lag_order(labels, pd.Series([16, 0, 0, 4, 0])) == ["0", "0-3", "4-7", "16-19"]
 
 
 def test_a_variant_is_paired_with_its_method_and_with_ppo_at_its_lag():
-    from analysis.lag_variants import variant_table
+    from analysis.reports.lag_variants import variant_table
 
     s = _summary((-0.15, -0.16, -0.14))  # bapo 0.15 below ppo on every seed
     # a bapo variant 0.10 above bapo (0.05 below ppo) on every seed, at the same lag

@@ -1,0 +1,72 @@
+"""One row of headline numbers per run; the report and the figures share these definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.core.entropy_law import drift_of
+from analysis.core.final import WINDOW_COLS, final_window
+from analysis.core.grad_clip import grad_clip_share
+from analysis.core.loader import RUN_COLS, RunSet
+from analysis.core.search_outcomes import searches_bounds
+
+# Step metrics averaged over all of a run's complete steps.
+MEAN_OVER_STEPS = {
+    "clip_frac": "clip_frac",
+    "clip_low_frac": "clip_low_frac",
+    "clip_high_frac": "clip_high_frac",
+    "pos_contrib": "contrib_grad_pos_share",
+    "token_share_neg": "token_share_neg",
+    "length_pos": "response_length_pos",
+    "length_neg": "response_length_neg",
+    "rho": "rho",
+    "c_low": "c_low",
+    "c_high": "c_high",
+}
+BAPO_ONLY = ("rho",)  # other objectives may log rho as a diagnostic; the table is about bapo
+
+
+def _col(steps: pd.DataFrame, name: str) -> pd.Series:
+    if name in steps.columns:
+        return pd.to_numeric(steps[name], errors="coerce")
+    return pd.Series(np.nan, index=steps.index)
+
+
+def run_summary(runs: RunSet, last_k: int = 5) -> pd.DataFrame:
+    """Per run: final accuracy (mean of the last three evals, analysis/core/final.py, with where
+    they fall), final reward (mean of last k steps), entropy drift (mean of
+    the last k steps minus the first k: negative = fell), the share of updates whose
+    gradient norm was clipped, and step-means of clip fractions, bounds and rho."""
+    steps = runs.steps.sort_values(["run_id", "step"])
+    if steps.empty:
+        return pd.DataFrame(columns=RUN_COLS)
+    g = steps.assign(
+        reward=_col(steps, "reward_mean"),
+        entropy=_col(steps, "entropy_mean"),
+        **{k: _col(steps, v) for k, v in MEAN_OVER_STEPS.items()},
+    ).groupby("run_id", observed=True)
+    tail = g.tail(last_k).groupby("run_id", observed=True)
+    out = pd.DataFrame(
+        {
+            "final_reward": tail["reward"].mean(),
+            "entropy_drift": g["entropy"].apply(lambda e: drift_of(e, last_k)),
+            **{k: g[k].mean() for k in MEAN_OVER_STEPS},
+        }
+    )
+    table = runs.table.set_index("run_id")[RUN_COLS[1:] + ["status", "steps_used"]]
+    out = table.join(out)
+    out["grad_clip_share"] = grad_clip_share(runs).reindex(out.index)
+    out = out.reset_index()
+    bapo = {r.run_id for r in runs.select(searches_bounds)}
+    for k in BAPO_ONLY:
+        out.loc[~out["run_id"].isin(bapo), k] = np.nan
+    out["is_bapo"] = out["run_id"].isin(bapo)
+    fe = final_window(runs).set_index("run_id")
+    for src, dst in (
+        ("sampled_accuracy", "final_sampled_acc"),
+        ("greedy_accuracy", "final_greedy_acc"),
+        *((c, c) for c in WINDOW_COLS),
+    ):
+        out[dst] = out["run_id"].map(fe[src]) if src in fe.columns else np.nan
+    return out

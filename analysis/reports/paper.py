@@ -1,0 +1,534 @@
+"""figures/REPORT.md: results per method and staleness, and the paper's claims checked.
+
+Every number is computed here from the run dirs; nothing is typed in except the paper's
+own numbers (docs/methods.md) that the measurements are compared with.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.claims.verdicts import VERDICTS, Claim, across_levels, in_range, paired, threshold
+from analysis.core import style
+from analysis.core.cells import experiment_order
+from analysis.core.final import FINAL_EVALS, alignment_note
+from analysis.core.grad_clip import confound_note
+from analysis.core.lags import build_labels, run_meta
+from analysis.core.loader import RunSet
+from analysis.core.multiplicity import fmt_holm, with_holm
+from analysis.core.paired import DOWN, UP
+from analysis.core.pilots import one_seed_cells
+from analysis.core.search_outcomes import search_outcomes
+from analysis.core.stats import fmt_ci, mean_ci
+from analysis.reports import random_reward
+from analysis.reports.claim_counts import claim_counts
+from analysis.reports.run_index import run_index
+
+RESULT_COLUMNS = {
+    "final_sampled_acc": "final sampled acc",
+    "final_greedy_acc": "final greedy acc",
+    "final_reward": "final reward",
+    "entropy_drift": "entropy drift",
+    "grad_clip_share": "grad-norm clipped",
+    "clip_frac": "clip frac",
+    "clip_low_frac": "clip low frac",
+    "clip_high_frac": "clip high frac",
+    "rho": "rho (bapo)",
+    "c_low": "c_low",
+    "c_high": "c_high",
+}
+
+
+CELL_COLS = ["suite", "experiment", "method", "staleness"]
+
+
+def results_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Long frame: one row per cell (suite, experiment, method, staleness) and metric ->
+    mean, ci_low, ci_high, n over seeds. Only seeds of one cell are ever pooled here."""
+    rows = []
+    cols = [c for c in CELL_COLS if c in summary.columns]
+    for key, g in summary.groupby(cols, sort=True):
+        for col in RESULT_COLUMNS:
+            m, lo, hi, n = mean_ci(g[col]) if col in g else (math.nan, math.nan, math.nan, 0)
+            rows.append(
+                {**dict(zip(cols, key, strict=True)), "staleness": int(g["staleness"].iat[0]),
+                 "metric": col, "mean": m, "ci_low": lo, "ci_high": hi, "n": n}
+            )
+    return pd.DataFrame(rows, columns=[*cols, "metric", "mean", "ci_low", "ci_high", "n"])
+
+
+# ------------------------------------------------------------------------------- claims
+
+
+def _experiments(s: pd.DataFrame) -> str:
+    pairs = set(zip(s["experiment"], s["staleness"], strict=True))
+    return ", ".join(experiment_order(pairs))
+
+
+def by_seed(cell: pd.DataFrame, col: str) -> pd.Series:
+    """One cell's `col` indexed by seed: what paired comparisons match on."""
+    if col not in cell.columns:
+        return pd.Series(dtype=float)
+    return cell.set_index("seed")[col].astype(float)
+
+
+def _confound(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) -> str:
+    return confound_note(by_seed(a, "grad_clip_share"), by_seed(b, "grad_clip_share"), names)
+
+
+def _add_note(c: Claim, text: str) -> Claim:
+    c.note = "; ".join(x for x in (c.note, text) if x)
+    return c
+
+
+def claims_table(s: pd.DataFrame) -> pd.DataFrame:
+    """Each paper claim (docs/methods.md) with the paper's number, ours, and a verdict.
+
+    `s` is the run summary of one suite (analysis/core/cells.py): each (method, staleness) is one
+    cell there, so "ppo at 4x" is one set of seeds. Claims about "staleness > 1" are tested
+    at each level above 1x; only the paper's levels decide (verdicts.across_levels).
+    Comparisons of two cells are paired by seed (verdicts.paired).
+    """
+
+    def at(method: str, k: int) -> pd.DataFrame:
+        return s[(s["method"] == method) & (s["staleness"] == k)]
+
+    def stale(method: str) -> list[int]:
+        return sorted(int(k) for k in s.loc[s["method"] == method, "staleness"].unique() if k > 1)
+
+    def claim(text: str, paper: str, criterion: str, *used: pd.DataFrame) -> Claim:
+        used = [u for u in used if len(u)]
+        return Claim(text, paper, criterion,
+                     experiments=_experiments(pd.concat(used)) if used else "")
+
+    def compare(c: Claim, a: pd.DataFrame, b: pd.DataFrame, col: str, names: tuple[str, str],
+                direction: int) -> Claim:
+        out = paired(c, by_seed(a, col), by_seed(b, col), names, direction)
+        if out.verdict == "no data":
+            return out
+        if col.startswith("final_") and col.endswith("_acc"):  # evals: at equal updates?
+            out = _add_note(out, alignment_note(a, b, names))
+        return _add_note(out, _confound(a, b, names))
+
+    def per_level(c: Claim, method: str, test) -> Claim:
+        """The claim tested at each of `method`'s levels above 1x, then combined."""
+        return across_levels(c, {k: test(replace(c), at(method, k), k) for k in stale(method)})
+
+    ppo_off = s[(s["method"] == style.BASELINE) & (s["staleness"] > 1)]
+    bapo_off = s[(s["method"] == style.PROPOSED) & (s["staleness"] > 1)]
+    ppo = s[s["method"] == style.BASELINE]
+    claims = [
+        per_level(
+            claim("Negative tokens carry most of the loss contribution (ppo, staleness > 1, Fig 4)",
+                  "~0.55-0.65 negative share", "95% interval of the negative share above 0.5",
+                  ppo_off),
+            "ppo", lambda c, cell, k: threshold(c, 1.0 - cell["pos_contrib"], 0.5)),
+        per_level(
+            claim("Negative tokens are most of the tokens (ppo, staleness > 1, Fig 4)",
+                  "~0.80 negative share", "95% interval of the negative token share above 0.5",
+                  ppo_off),
+            "ppo", lambda c, cell, k: threshold(c, cell["token_share_neg"], 0.5)),
+        per_level(
+            claim("Negative responses are longer than positive ones (ppo, staleness > 1, Fig 6)",
+                  "negative longer", "paired (same runs) length A<0 minus A>0 above 0", ppo_off),
+            "ppo", lambda c, cell, k: paired(c, by_seed(cell, "length_neg"),
+                                             by_seed(cell, "length_pos"), ("A<0", "A>0"), UP)),
+        per_level(
+            claim("Staleness raises the clip fraction under ppo (Fig 2)", "rises with staleness",
+                  "paired by seed: clip fraction at kx minus 1x above 0", ppo),
+            "ppo", lambda c, cell, k: compare(c, cell, at("ppo", 1), "clip_frac",
+                                              (f"{k}x", "1x"), UP)),
+        per_level(
+            claim("Staleness speeds the entropy fall under ppo (Fig 2)", "faster fall when staler",
+                  "paired by seed: entropy drift at kx minus 1x below 0", ppo),
+            "ppo", lambda c, cell, k: compare(c, cell, at("ppo", 1), "entropy_drift",
+                                              (f"{k}x", "1x"), DOWN)),
+        per_level(
+            claim("BAPO c_high settles high (bapo, staleness > 1, Fig 8)", "~1.9-2.2",
+                  "95% interval of mean c_high within [1.9, 2.2]", bapo_off),
+            "bapo", lambda c, cell, k: in_range(c, cell["c_high"], 1.9, 2.2)),
+        per_level(
+            claim("BAPO c_low settles near 0.7 (bapo, staleness > 1, Fig 8)", "~0.7",
+                  "95% interval of mean c_low within [0.65, 0.75]", bapo_off),
+            "bapo", lambda c, cell, k: in_range(c, cell["c_low"], 0.65, 0.75)),
+        per_level(
+            claim("BAPO positive contribution (bapo, staleness > 1, Fig 9)", "~0.43-0.46",
+                  "95% interval within [0.43, 0.46]", bapo_off),
+            "bapo", lambda c, cell, k: in_range(c, cell["pos_contrib"], 0.43, 0.46)),
+        per_level(
+            claim("BAPO raises the positive contribution over ppo (staleness > 1, Fig 9)",
+                  "bapo > ppo", "paired by seed: bapo minus ppo above 0", bapo_off, ppo_off),
+            "bapo", lambda c, cell, k: compare(c, cell, at("ppo", k), "pos_contrib",
+                                               ("bapo", "ppo"), UP)),
+    ]
+    for k in (2, 4):
+        for other, paper in (("ppo", "62.0 vs 54.2"), ("clip_higher", "62.0 vs 59.2")):
+            paper = f"AIME24 4x: {paper}" if k == 4 else "bapo best (Fig 11)"
+            claims.append(compare(
+                claim(f"bapo beats {other} at {k}x (final sampled accuracy, Fig 11)", paper,
+                      f"paired by seed: bapo minus {other} above 0", at("bapo", k), at(other, k)),
+                at("bapo", k), at(other, k), "final_sampled_acc", ("bapo", other), UP))
+    claims += [
+        compare(
+            claim("Raising c_high slows the entropy fall (clip_0.8_1.5 vs ppo at 4x, Fig 7)",
+                  "slower fall", "paired by seed: entropy drift of clip_0.8_1.5 minus ppo above 0",
+                  at("clip_0.8_1.5", 4), at("ppo", 4)),
+            at("clip_0.8_1.5", 4), at("ppo", 4), "entropy_drift", ("clip_0.8_1.5", "ppo"), UP),
+        compare(
+            claim("Lowering c_low speeds the entropy fall (clip_0.5_1.2 vs ppo at 4x, Fig 7)",
+                  "faster fall", "paired by seed: entropy drift of clip_0.5_1.2 minus ppo below 0",
+                  at("clip_0.5_1.2", 4), at("ppo", 4)),
+            at("clip_0.5_1.2", 4), at("ppo", 4), "entropy_drift", ("clip_0.5_1.2", "ppo"), DOWN),
+    ]
+    return pd.DataFrame([c.__dict__ for c in claims], columns=list(Claim.__dataclass_fields__))
+
+
+def verdict_counts(claims: pd.DataFrame, column: str = "verdict") -> str:
+    """'6 held, 2 not held, 7 not settled' (the kinds present, in VERDICTS order)."""
+    counts = claims[column].value_counts()
+    return ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts) or "no claims"
+
+
+def holm_counts(claims: pd.DataFrame) -> str:
+    """The line under the raw counts: the same claims after Holm's correction over the
+    table's tested rows (analysis/core/multiplicity.py)."""
+    tests = int(claims["tests"].iat[0]) if len(claims) else 0
+    return (f"After Holm's correction over the {tests} tested rows: "
+            f"{verdict_counts(claims, 'holm_verdict')}.")
+
+
+# ----------------------------------------------------------------------------- markdown
+
+
+def md_table(df: pd.DataFrame) -> str:
+    cells = df.astype(str).map(lambda v: v.replace("|", "\\|").replace("\n", " "))
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def order_cells(df: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """Rows by suite (largest first), experiment (by staleness), then the canonical method
+    order: within one experiment the methods compared side by side."""
+    rank = {m: i for i, m in enumerate(style.method_order(df["method"].unique()))}
+    exps = experiment_order(set(zip(df["experiment"], df["staleness"], strict=True)))
+    keys = {
+        "suite": lambda c: c.map({x: i for i, x in enumerate(suites)}),
+        "experiment": lambda c: c.map({x: i for i, x in enumerate(exps)}),
+        "method": lambda c: c.map(rank),
+    }
+    by = [c for c in ("suite", "experiment", "method") if c in df.columns]
+    return df.sort_values(by, key=lambda c: keys[c.name](c), kind="stable").reset_index(drop=True)
+
+
+def suite_labels(suites: list[str]) -> dict[str, str]:
+    """Short labels S1, S2, ... for the suites (largest first), defined once in REPORT.md's
+    suite table and used in every other table."""
+    return {s: f"S{i + 1}" for i, s in enumerate(suites)}
+
+
+def _shown_cols(df: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """The suite column, by its short label, only when there is more than one suite."""
+    if len(suites) <= 1:
+        return df.drop(columns=["suite"], errors="ignore")
+    return df.assign(suite=df["suite"].map(suite_labels(suites))) if "suite" in df else df
+
+
+def results_markdown(results: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """Wide table of formatted 'mean ± half-width (n)' cells, one row per cell."""
+    r = results.assign(
+        cell=[
+            fmt_ci(m, lo, hi, n)
+            for m, lo, hi, n in results[["mean", "ci_low", "ci_high", "n"]].itertuples(index=False)
+        ]
+    )
+    wide = r.pivot(index=CELL_COLS, columns="metric", values="cell")
+    wide = wide[[c for c in RESULT_COLUMNS if c in wide.columns]].rename(columns=RESULT_COLUMNS)
+    wide = order_cells(wide.reset_index(), suites)
+    wide["staleness"] = wide["staleness"].map(style.staleness_label)
+    return _shown_cols(wide, suites)
+
+
+def runs_markdown(summary: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """One row per cell: how many seeds (which) and steps it has."""
+    rows = []
+    for key, g in summary.groupby(CELL_COLS, sort=False):
+        seeds = sorted(g["seed"].astype(int))
+        steps = sorted(set(g["steps_used"].astype(int)))
+        finals = sorted(set(g["final_eval_steps"].dropna())) if "final_eval_steps" in g else []
+        rows.append({**dict(zip(CELL_COLS, key, strict=True)),
+                     "seeds": f"{len(seeds)} ({', '.join(map(str, seeds))})",
+                     "steps": "/".join(map(str, steps)),
+                     "final evals at steps": "; ".join(finals) or "—"})
+    table = order_cells(pd.DataFrame(rows, columns=[*CELL_COLS, "seeds", "steps",
+                                                    "final evals at steps"]), suites)
+    table["staleness"] = table["staleness"].map(style.staleness_label)
+    return _shown_cols(table, suites)
+
+
+@dataclass
+class SuiteFigures:
+    """Which figures of one suite were drawn, into which dir (relative to REPORT.md)."""
+
+    suite: str
+    where: str
+    made: list[str]
+    skipped: list[tuple[str, str]]
+
+
+def _search_lines(table: pd.DataFrame, suites: list[str]) -> list[str]:
+    """The BAPO search-outcome section (analysis/core/search_outcomes.py); none when empty."""
+    if table.empty:
+        return []
+    shown = order_cells(table, suites)
+    shown["staleness"] = shown["staleness"].map(style.staleness_label)
+    first = list(shown.columns).index("n") + 1
+    for col in shown.columns[first:]:
+        shown[col] = shown[col].map(lambda v: f"{v:.3f}")
+    return [
+        "## How the BAPO search ended",
+        "",
+        "Share of update records (all seeds of a cell pooled) by how the bound search ended: "
+        "`at start` (rho >= rho0 at the start bounds), `moved, reached`, `not reached` (the "
+        "whole grid tried, bounds left at the max), `undefined` (no token with A != 0). `rho "
+        "before`/`after`: mean positive contribution before and after the search. Update 0 "
+        "of a rollout is on-policy: nothing can be clipped there, so its rho is the batch's "
+        "own sign balance.",
+        "",
+        md_table(_shown_cols(shown, suites)),
+        "",
+    ]
+
+
+def _apart_lines(apart: pd.DataFrame, suites: list[str]) -> list[str]:
+    """The one-seed cells of suites whose other cells have more seeds: apart from the
+    sweeps' tables, claims and figures (analysis/core/pilots.py); none when there are none."""
+    if apart.empty:
+        return []
+    return ["## One-seed cells, apart from the sweeps", "",
+            "These cells have one seed where the other cells of their suite have more: no "
+            "interval, so they are left out of the tables, claims and figures above.", "",
+            md_table(runs_markdown(apart, suites)), "",
+            md_table(results_markdown(order_cells(results_table(apart), suites), suites)), ""]
+
+
+def _random_reward_lines(runs: RunSet, summary: pd.DataFrame, last_k: int) -> list[str]:
+    """The random-reward section (analysis/reports/random_reward.py); none without such runs."""
+    if not random_reward.random_suites(runs):
+        return []
+    table = random_reward.cell_table(runs, summary, last_k)
+    return ["## Random-reward experiment", "", random_reward.intro(last_k), "", md_table(table), ""]
+
+
+VERDICT_RULE = (
+    "Every claim states a direction. It is `held` only when its 95% interval lies wholly on "
+    "that side (above a threshold, inside a range, or a paired difference that excludes 0 "
+    "in the paper's direction), `not held` only when it lies wholly on the other side, and "
+    "`not settled` otherwise, whatever the means say; the note gives the reason. `no data`: "
+    "the runs it needs are missing. Two cells are compared by their paired difference by "
+    "seed (they share seeds): mean ± 95% t half-width over seeds, and how many seeds lie on "
+    "the expected side; the unpaired intervals are shown beside it. Rows marked "
+    "'staleness > 1' are tested at each level; only the levels the paper ran (1x, 2x, 4x) "
+    "decide, 8x is shown. Notes name gradient-norm clipping where its share differs by 5 "
+    "points or more between the compared cells. Seeds that all gave the same value have no "
+    "interval (no spread), so such a row is `not settled`. `after Holm`: each table's rows "
+    "are many tests at once, so each row also gets the verdict that survives Holm's "
+    "correction over the table's tested rows (its two-sided t-test p, the Holm-adjusted p, "
+    "and how many tests the table holds); a settled verdict whose adjusted p is not below "
+    "0.05 becomes `not settled`. docs/statistics.md has the details."
+)
+
+
+def _summary_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
+    """One screen: every claim of the largest suite (the paper grid) with the paper's
+    number, ours and the verdict; for the other suites their counts and settled claims."""
+    if claims.empty:
+        return []
+    labels = suite_labels(suites)
+    main = claims[claims["suite"] == suites[0]]
+    table = main[["claim", "paper", "basis", "verdict"]].rename(columns={"basis": "ours"})
+    table["after Holm"] = main["holm_verdict"]
+    lines = ["## Summary", "", VERDICT_RULE, ""]
+    if len(suites) > 1:
+        lines += [f"Suite {labels[suites[0]]} (the suites table below names S1..S{len(suites)}): "
+                  f"{verdict_counts(main)}. {holm_counts(main)} `ours` is the interval the "
+                  "verdict rests on.", ""]
+    lines += [md_table(table), ""]
+    for suite in suites[1:]:
+        part = claims[claims["suite"] == suite]
+        settled = part[part["verdict"].isin(["held", "not held"])]
+        lines += [f"Suite {labels[suite]}: {verdict_counts(part)}. {holm_counts(part)}"
+                  + ("" if settled.empty else " Settled: " + "; ".join(
+                      f"{c} ({b}): {v}, after Holm {h}" for c, b, v, h in
+                      settled[["claim", "basis", "verdict", "holm_verdict"]]
+                      .itertuples(index=False)) + "."), ""]
+    return lines
+
+
+def _suites_lines(runs: RunSet, claims: pd.DataFrame, suites: list[str]) -> list[str]:
+    """The one place the short suite labels are defined."""
+    if len(suites) <= 1:
+        return []
+    rows = [{"label": label, "suite": suite,
+             "runs": sum(r.suite == suite for r in runs.runs),
+             "claims": verdict_counts(claims[claims["suite"] == suite])}
+            for suite, label in suite_labels(suites).items()]
+    return [
+        "## Suites",
+        "",
+        f"The runs form {len(suites)} suites (analysis/core/cells.py: cells that differ only in "
+        "method, staleness and experiment name can be compared); each has its own figures "
+        "and claims. The tables below name a suite by its label. `runs.csv` maps every run "
+        "dir (also the `overrides-<hash>/` ones) to its suite, cell, seed and overrides.",
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+    ]
+
+
+def _claims_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
+    lines = ["## Paper claims", "", VERDICT_RULE, ""]
+    cols = ["claim", "paper", "measured", "experiments", "criterion", "verdict", "after Holm",
+            "note"]
+    labels = suite_labels(suites)
+    for suite in suites:
+        part = claims[claims["suite"] == suite]
+        if len(suites) > 1:
+            lines += [f"### {labels[suite]}", ""]
+        lines += [f"Verdicts: {verdict_counts(part)}.", "", holm_counts(part), ""]
+        if (part["verdict"] == "no data").all():
+            lines += ["No claim has the runs it needs in this suite.", ""]
+            continue
+        shown = part.assign(**{"after Holm": part.apply(fmt_holm, axis=1)})
+        lines += [md_table(shown[cols]), ""]
+    return lines
+
+
+def _figure_lines(runs: RunSet, figures: list[SuiteFigures]) -> list[str]:
+    lines = ["## Figures", "", *_sampling_lines(runs)]
+    for f in figures:
+        if len(figures) > 1:
+            lines += [f"Suite {f.suite}: in `{f.where}`", ""]
+        lines += [f"- made `{n}`" for n in f.made]
+        lines += [f"- skipped `{n}`: {why}" for n, why in f.skipped]
+        lines += [""]
+    return lines
+
+
+def _sampling_lines(runs: RunSet) -> list[str]:
+    """Says which token-level numbers come from a sample of responses, if any do."""
+    fractions = sorted({r.token_sample_fraction for r in runs.runs if r.token_sample_fraction})
+    if not fractions:
+        return []
+    sampled = sum(r.token_sample_fraction is not None for r in runs.runs)
+    shares = ", ".join(f"{f:g}" for f in fractions)
+    return [
+        f"Token rows of {sampled} of {len(runs.runs)} runs are a seeded sample of whole "
+        f"responses (share kept: {shares}; meta.json `export`). Figures and numbers drawn "
+        "from token rows (Fig 5, Fig 10, the entropy-quadrant and IS-weight figures) "
+        "are estimates from that sample; everything from metrics.jsonl is exact.",
+        "",
+    ]
+
+
+def _numerics_mode(run) -> str:
+    meta = run_meta(run)
+    if not meta:
+        return "unknown (no meta.json)"
+    numerics = meta.get("numerics")
+    return numerics.get("mode", "?") if isinstance(numerics, dict) else "native (made before the mode)"
+
+
+def build_lines(runs: RunSet) -> list[str]:
+    """Which warm-start build and numerics mode the runs come from, with counts: a reader
+    compares numbers only within one build (another build starts from other weights)."""
+    labels = build_labels(runs)
+    counts: dict[tuple[str, str], int] = {}
+    for r in runs.runs:
+        key = (labels.get(r.run_id) or "unknown (no digest, no step-0 eval)", _numerics_mode(r))
+        counts[key] = counts.get(key, 0) + 1
+    parts = [f"warm start {label}, numerics {mode}: {n} runs" for (label, mode), n in sorted(counts.items())]
+    note = "" if len(counts) == 1 else " Several builds: compare runs only within one."
+    return [f"**Build:** {'; '.join(parts)}.{note}", ""]
+
+
+def write_report(
+    runs: RunSet,
+    summary: pd.DataFrame,
+    out: Path,
+    roots: Iterable[str],
+    figures: list[SuiteFigures],
+    last_k: int,
+) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
+    suites = runs.suites
+    apart = one_seed_cells(summary, CELL_COLS, within="suite")  # pilots: listed apart
+    summary = summary[~summary["run_id"].isin(apart["run_id"])]
+    results = order_cells(results_table(summary), suites)
+    coin_flips = set(random_reward.random_suites(runs))
+    # Holm's correction runs over one suite's table: the rows read and judged together
+    claims = pd.concat(
+        [with_holm(random_reward.suite_claims(runs, suite, last_k) if suite in coin_flips
+                   else claims_table(summary[summary["suite"] == suite])).assign(suite=suite)
+         for suite in suites],
+        ignore_index=True,
+    )
+    claims = claims[["suite", *[c for c in claims.columns if c != "suite"]]]
+    out.mkdir(parents=True, exist_ok=True)
+    results.to_csv(out / "results.csv", index=False)
+    claims.to_csv(out / "claims.csv", index=False)
+    search = search_outcomes(runs)
+    if not search.empty:
+        search = order_cells(search, suites)
+        search.to_csv(out / "bapo_search.csv", index=False)
+    labels = suite_labels(suites)
+    claim_counts(claims, labels).to_csv(out / "claim_counts.csv", index=False)
+    run_index(runs, labels).to_csv(out / "runs.csv", index=False)
+    text = [
+        "# Reproduction report",
+        "",
+        f"Made by `analysis/make_figures.py` from {len(runs.runs)} runs under "
+        + ", ".join(f"`{r}`" for r in roots)
+        + ". Every number is computed from the run dirs. A cell is one experiment, one method "
+        "and one value of every config key that changes the numbers; only its seeds are "
+        "pooled. `±` is the half-width of a 95% Student-t interval over seeds; `n` is the "
+        "number of seeds.",
+        "",
+        *build_lines(runs),
+        *_summary_lines(claims, suites),
+        *_suites_lines(runs, claims, suites),
+        "## Runs (one row per cell)",
+        "",
+        md_table(runs_markdown(summary, suites)),
+        "",
+        "## Results",
+        "",
+        f"final accuracy: mean of each run's last {FINAL_EVALS} evals after step 0 (the runs "
+        "table gives their steps; cells compared in a claim have theirs at the same optimizer "
+        "updates, or the claim's note says how they are aligned). final reward: mean `reward_mean` of the last "
+        f"{last_k} steps. entropy drift: mean `entropy_mean` of the last {last_k} steps minus "
+        f"the first {last_k} (negative: entropy fell; the report's one entropy convention). "
+        "grad-norm clipped: share of updates whose total gradient norm exceeded "
+        "`train.grad_clip` and was clipped (a confound wherever it differs between cells). "
+        "clip fractions, rho, c_low, c_high: mean over all steps (rho of "
+        "bapo-objective runs only; fixed-clip methods show their fixed bounds).",
+        "",
+        md_table(results_markdown(results, suites)) if len(results) else "no runs",
+        "",
+        *_apart_lines(apart, suites),
+        *_random_reward_lines(runs, summary, last_k),
+        *_claims_lines(claims, suites),
+        *_search_lines(search, suites),
+        *_figure_lines(runs, figures),
+        "## Data problems",
+        "",
+        *([f"- {m}" for m in runs.messages] or ["none"]),
+        "",
+    ]
+    path = out / "REPORT.md"
+    path.write_text("\n".join(text))
+    return path, results, claims
