@@ -1,34 +1,75 @@
-"""Claim rows of the lag sweeps, each with the paper's or the peer's number beside ours.
+"""The lag sweeps' claims, as rows, and the table of one lag report's verdicts.
 
-Every comparison pairs the runs by seed (analysis/core/paired.py): held only when the paired 95%
-interval excludes 0 in the stated direction. A claim whose sweep has not run yet is a
-`no data` row naming the sweep, so the table shows what is missing.
+Every comparison pairs the runs by seed (analysis/core/paired.py): held only when the paired
+95% interval excludes 0 in the stated direction. A row whose sweep has not run yet is a
+`no data` row naming the sweep, so the table shows what is missing. The rows of `PER_LAG`
+are tested at every lag of the delay queue that the reference method ran at; `DECOUPLED`
+at each of those lags; `SCENARIO` under each source that mixes ages (replay, partial
+rollouts); `LARGEST` once, at the largest lag its method ran.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import pandas as pd
 
-from analysis.claims.verdicts import Claim, directed, paired
-from analysis.core.final import alignment_note
-from analysis.core.paired import UP
-from analysis.core.search_ceiling import reach
-from analysis.core.stats import fmt_ci, fmt_wilson, mean_ci
-from analysis.core.style import BASELINE, PROPOSED
+from analysis.claims import verdicts
+from analysis.claims.quantities import values
+from analysis.claims.rules import Claim
+from analysis.claims.schema import EACH, UP, Cell, Direction, Match, Reach, Row, Side
 
+REFERENCE = "ppo"  # what every lag row compares with: the paper's baseline
+PROPOSED, PEER, LARGE_LAG_PEER = "bapo", "clip_higher", "m2po"
+LARGEST = "largest"  # a cell's level: the largest lag its method ran at
 # A run whose held-out accuracy stays within this of on-policy training "matches" it
 # (M2PO's claim); the margin is the eval's binomial noise at ~0.35 on 256 problems x 2.
 MATCH_MARGIN = 0.05
-# The peers the claims name beside the paper's baseline and proposed method (analysis/core/style.py).
-CLIP_HIGHER, LARGE_LAG_PEER = "clip_higher", "m2po"
 # The sweep that runs bapo (and cispo, not clip_higher) at the largest lag, 256-259.
 LARGEST_LAG, LARGEST_LAG_SWEEP = "256", "large_lag_peers"
+GREEDY = "final_greedy_acc"
 
 
-def _cell(s: pd.DataFrame, method: str, lag: str, anchor: str = "coupled") -> pd.DataFrame:
-    return s[(s["method"] == method) & (s["lag"] == lag) & (s["anchor"] == anchor)]
+def _vs(method: str, other: str, quantity: str = GREEDY, anchor: str = "coupled") -> tuple:
+    return (Side(Cell(method, EACH, anchor), quantity), Side(Cell(other), quantity))
+
+
+PER_LAG: tuple[Row, ...] = (
+    Row("bapo_beats_ppo", "bapo beats ppo at {where}", "Fig. 11",
+        "4x AIME24: bapo 62.0 vs ppo 54.2 (Fig. 11)", "paired final_greedy_acc difference > 0",
+        _vs(PROPOSED, REFERENCE), Direction(UP), metric=GREEDY,
+        missing="no runs of these cells here (sweep `{grid}`)"),
+    Row("bapo_beats_clip_higher", "bapo beats clip_higher at {where}", "Fig. 11",
+        "4x AIME24: bapo 62.0 vs clip-higher 59.2 (Fig. 11)",
+        "paired final_greedy_acc difference > 0", _vs(PROPOSED, PEER), Direction(UP),
+        metric=GREEDY, missing="no runs of these cells here ({clip_grid})"),
+    Row("clip_higher_entropy", "raising c_high slows the entropy drop (clip_higher vs ppo, lag {lag})",
+        "Fig. 3", "entropy stays higher with clip-higher (Sec. 3, Fig. 3)",
+        "paired entropy_drift difference > 0", _vs(PEER, REFERENCE, "entropy_drift"),
+        Direction(UP), missing="no runs of these cells here ({clip_grid})"),
+    Row("bapo_reaches_rho0", "bapo's search reaches rho0{rho0} whenever its grid can (lag {lag})",
+        "Alg. 1", "Alg. 1: widen the bounds until rho >= rho0, or stop at the grid's maximum; "
+        "positive contribution 0.43-0.46 (Fig. 9)",
+        "of the updates that start below rho0: share reached = share some bounds in the "
+        "grid reach (the ceiling); counted over pooled updates",
+        (Side(Cell(PROPOSED), "updates"),), Reach(),
+        missing="no bapo runs at this lag here (sweep `{grid}`)"),
+)
+DECOUPLED = Row(
+    "decoupled_beats_naive", "decoupled beats naive (coupled) ppo at lag {lag}", "AReaL Table 3",
+    "AReaL Table 3: naive degrades with staleness, decoupled stays near on-policy",
+    "paired final_greedy_acc difference > 0", _vs(REFERENCE, REFERENCE, anchor="decoupled"),
+    Direction(UP), metric=GREEDY, missing="no runs of these cells here (sweep `corrections`)")
+SCENARIO = Row(
+    "bapo_beats_ppo_mixed_ages", "bapo beats ppo under {lag}", "Sec. 5.3",
+    "BAPO targets off-policy settings such as sample replay and partial rollout (partial "
+    "rollout: Sec. 5.3)", "paired final_greedy_acc difference > 0", _vs(PROPOSED, REFERENCE),
+    Direction(UP), metric=GREEDY, missing="no runs of these cells here (sweep `scenarios`)")
+LARGEST_ROW = Row(
+    "m2po_matches_on_policy", "m2po at the largest lag matches on-policy ppo", "M2PO",
+    "M2PO: at 256 stale updates, accuracy matches on-policy training",
+    f"paired final greedy accuracy difference > -{MATCH_MARGIN}",
+    (Side(Cell(LARGE_LAG_PEER, LARGEST), GREEDY), Side(Cell(REFERENCE, "0"), GREEDY)),
+    Match(MATCH_MARGIN), metric=GREEDY)
+ROWS: tuple[Row, ...] = (*PER_LAG, DECOUPLED, SCENARIO, LARGEST_ROW)
 
 
 def grid_sweep(lag: str) -> str:
@@ -38,156 +79,87 @@ def grid_sweep(lag: str) -> str:
     return LARGEST_LAG_SWEEP if low == LARGEST_LAG else f"lag{low}"
 
 
-def _by_seed(cell: pd.DataFrame, col: str) -> pd.Series:
-    return cell.set_index("seed")[col].astype(float)
+def _name(cell: Cell, lag: str) -> str:
+    return f"{cell.method}{'' if cell.anchor == 'coupled' else f' ({cell.anchor})'} @ {lag}"
 
 
-def binding_lags(s: pd.DataFrame) -> list[str]:
-    """Lags past the paper's staleness (delay queue) that ppo ran at, smallest first."""
-    d = s[(s["source"] == "delay") & (s["method"] == BASELINE)]
-    return list(d.sort_values("lag_low")["lag"].drop_duplicates())
+class Lags:
+    """One lag report's run summary (`s`: lag_summary rows) and the annotated steady updates
+    of its searching runs, located by (method, lag, anchor)."""
 
+    def __init__(self, s: pd.DataFrame, updates: pd.DataFrame):
+        self.s, self.updates = s, updates
 
-def _compare(claim: str, paper: str, s: pd.DataFrame, a: tuple, b: tuple, col: str,
-             direction: int, where: str) -> Claim:
-    """a, b: (method, lag, anchor) cells; a - b paired by seed on `col`; `where` names the
-    sweep that would run a missing cell."""
-    c = Claim(claim, paper, f"paired {col} difference {'> 0' if direction == UP else '< 0'}")
-    ca, cb = _cell(s, *a), _cell(s, *b)
-    c.experiments = ", ".join(sorted(set(ca["experiment"]) | set(cb["experiment"])))
-    if ca.empty or cb.empty:
-        c.note = f"no runs of these cells here ({where})"
-        return c
-    c = paired(c, _by_seed(ca, col), _by_seed(cb, col), (_name(a), _name(b)), direction)
-    return _with_note(c, alignment_note(ca, cb, (_name(a), _name(b))))
+    def at(self, cell: Cell, lag: str) -> pd.DataFrame:
+        s = self.s
+        if cell.level == LARGEST:
+            s = s[s["method"] == cell.method]
+            lag = s.sort_values("lag_low")["lag"].iloc[-1] if len(s) else ""
+        elif cell.level != EACH:
+            lag = cell.level
+        return s[(s["method"] == cell.method) & (s["lag"] == lag) & (s["anchor"] == cell.anchor)]
 
+    def lags(self, sources: tuple[str, ...]) -> list[str]:
+        """Lags of the reference method's runs from these sources, smallest first."""
+        d = self.s[self.s["source"].isin(sources) & (self.s["method"] == REFERENCE)]
+        return list(d.sort_values("lag_low")["lag"].drop_duplicates())
 
-def _with_note(c: Claim, text: str) -> Claim:
-    c.note = "; ".join(x for x in (c.note, text) if x)
-    return c
+    def context(self, lag: str) -> dict[str, str]:
+        """What a row's text and its `missing` note name at `lag`."""
+        ref = self.at(Cell(REFERENCE), lag)
+        clip = ref["steady_clip_frac"].mean() if "steady_clip_frac" in ref else float("nan")
+        grid = grid_sweep(lag)
+        u = self._bapo_updates(lag)
+        return {
+            "lag": lag, "grid": grid,
+            "where": f"lag {lag}, {REFERENCE} clips {clip:.1%}" if clip == clip else f"lag {lag}",
+            # the largest lag's sweep runs bapo and cispo only: none has clip_higher there
+            "clip_grid": (f"`{grid}` runs bapo and cispo only; no sweep runs clip_higher here"
+                          if grid == LARGEST_LAG_SWEEP else f"sweep `{grid}`"),
+            "rho0": f" = {float(u['rho0'].iloc[0]):g}" if len(u) and "rho0" in u else ""}
 
+    def _bapo_updates(self, lag: str) -> pd.DataFrame:
+        u = self.updates
+        return u if u.empty else u[(u["method"] == PROPOSED) & (u["lag"] == lag)]
 
-def _name(cell: tuple) -> str:
-    method, lag, anchor = cell
-    return f"{method}{'' if anchor == 'coupled' else f' ({anchor})'} @ {lag}"
+    def judge(self, row: Row, lag: str) -> Claim:
+        ctx = self.context(lag)
+        c = verdicts.claim_of(row, row.claim.format(**ctx))
+        if isinstance(row.test, Reach):
+            u = self._bapo_updates(lag)
+            return verdicts.judge(c, row, verdicts.Measured([], [], (), updates=u)) if len(u) \
+                else verdicts.add_note(c, row.missing.format(**ctx))
+        frames = [self.at(side.cell, lag) for side in row.sides]
+        c.experiments = ", ".join(sorted(set().union(*(set(f["experiment"]) for f in frames))))
+        if not all(len(f) for f in frames):
+            return verdicts.add_note(c, row.missing.format(**ctx))
+        names = tuple(_name(side.cell, lag) for side in row.sides)
+        m = verdicts.Measured(frames, [values(f, s.quantity) for f, s in zip(frames, row.sides,
+                                                                             strict=True)], names)
+        return verdicts.judge(c, row, m)
+
+    def judge_largest(self, row: Row) -> Claim:
+        c = verdicts.claim_of(row)
+        peer, on = (self.at(side.cell, "") for side in row.sides)
+        if peer.empty or on.empty:
+            return verdicts.add_note(c, f"no {row.sides[0].cell.method} runs here (sweep "
+                                        "`large_lag`)" if peer.empty else
+                                     f"no on-policy {REFERENCE} control here")
+        lag = peer["lag"].iloc[0]
+        c.claim += f" (lag {lag})"
+        c.experiments = ", ".join(sorted(set(peer["experiment"]) | set(on["experiment"])))
+        m = verdicts.Measured([peer, on], [values(peer, GREEDY), values(on, GREEDY)],
+                              (f"{row.sides[0].cell.method} @ {lag}", f"{REFERENCE} @ 0"))
+        return verdicts.judge(c, row, m)
 
 
 def lag_claims(s: pd.DataFrame, updates: pd.DataFrame) -> pd.DataFrame:
     """`s`: lag_summary rows; `updates`: steady updates of the bapo-objective runs (with
-    `lag`, `method`, `rho0`)."""
-    rows: list[Claim] = []
-    lags = binding_lags(s)
-    for lag in lags:
-        ppo = _cell(s, BASELINE, lag)
-        clip = ppo["steady_clip_frac"].mean() if "steady_clip_frac" in ppo else float("nan")
-        where = f"lag {lag}, ppo clips {clip:.1%}" if clip == clip else f"lag {lag}"
-        grid = grid_sweep(lag)
-        # the largest lag's sweep runs bapo and cispo only: none has clip_higher there
-        clip_grid = (f"`{grid}` runs bapo and cispo only; no sweep runs clip_higher here"
-                     if grid == LARGEST_LAG_SWEEP else f"sweep `{grid}`")
-        rows.append(_compare(
-            f"bapo beats ppo at {where}",
-            "4x AIME24: bapo 62.0 vs ppo 54.2 (Fig. 11)", s, (PROPOSED, lag, "coupled"),
-            (BASELINE, lag, "coupled"), "final_greedy_acc", UP, f"sweep `{grid}`"))
-        rows.append(_compare(
-            f"bapo beats clip_higher at {where}",
-            "4x AIME24: bapo 62.0 vs clip-higher 59.2 (Fig. 11)", s, (PROPOSED, lag, "coupled"),
-            (CLIP_HIGHER, lag, "coupled"), "final_greedy_acc", UP, clip_grid))
-        rows.append(_compare(
-            f"raising c_high slows the entropy drop (clip_higher vs ppo, lag {lag})",
-            "entropy stays higher with clip-higher (Sec. 3, Fig. 3)", s,
-            (CLIP_HIGHER, lag, "coupled"), (BASELINE, lag, "coupled"), "entropy_drift", UP,
-            clip_grid))
-        rows.append(_reach_claim(updates, lag))
-    for lag in lags:
-        rows.append(_compare(
-            f"decoupled beats naive (coupled) ppo at lag {lag}",
-            "AReaL Table 3: naive degrades with staleness, decoupled stays near on-policy", s,
-            (BASELINE, lag, "decoupled"), (BASELINE, lag, "coupled"), "final_greedy_acc", UP,
-            "sweep `corrections`"))
-    for lag in scenario_lags(s):
-        rows.append(_compare(
-            f"bapo beats ppo under {lag}", "BAPO targets off-policy settings such as sample "
-            "replay and partial rollout (partial rollout: Sec. 5.3)", s,
-            (PROPOSED, lag, "coupled"), (BASELINE, lag, "coupled"), "final_greedy_acc", UP,
-            "sweep `scenarios`"))
-    rows.append(_m2po_claim(s))
-    return pd.DataFrame([asdict(c) for c in rows])
-
-
-def scenario_lags(s: pd.DataFrame) -> list[str]:
-    """The labels of the cells whose source mixes ages (replay, partial rollouts) that ppo
-    ran in, by measured lag."""
-    d = s[s["source"].isin(["replay", "partial"]) & (s["method"] == BASELINE)]
-    return list(d.sort_values("lag_low")["lag"].drop_duplicates())
-
-
-def _reach_claim(updates: pd.DataFrame, lag: str) -> Claim:
-    """What Algorithm 1 promises: of the updates that start below rho0, the search reaches
-    it wherever some bounds in its grid do (analysis/core/search_ceiling.py). Held when the
-    reached share equals that ceiling, not held when it falls short. The search is
-    deterministic given an update's tokens, so this is a count, not an estimate: no test,
-    and no place among the rows Holm's correction counts."""
-    u = updates if updates.empty else updates[(updates["method"] == PROPOSED)
-                                              & (updates["lag"] == lag)]
-    rho0 = f" = {float(u['rho0'].iloc[0]):g}" if len(u) and "rho0" in u else ""
-    c = Claim(f"bapo's search reaches rho0{rho0} whenever its grid can (lag {lag})",
-              "Alg. 1: widen the bounds until rho >= rho0, or stop at the grid's maximum; "
-              "positive contribution 0.43-0.46 (Fig. 9)",
-              "of the updates that start below rho0: share reached = share some bounds in the "
-              "grid reach (the ceiling); counted over pooled updates")
-    if u.empty:
-        c.note = f"no bapo runs at this lag here (sweep `{grid_sweep(lag)}`)"
-        return c
-    c.experiments = ", ".join(sorted(set(u["experiment"])))
-    r = reach(u)
-    defined = u[u["outcome"] != "undefined"]
-    ends = int((pd.to_numeric(defined["rho"], errors="coerce")
-                >= pd.to_numeric(defined["rho0"])).sum())
-    c.measured = (f"start below rho0: {fmt_wilson(r.below, r.updates)}; of those, the grid "
-                  f"can reach it (ceiling): {fmt_wilson(r.ceiling, r.below)}; the search "
-                  f"reached it: {fmt_wilson(r.reached, r.below)}")
-    c.basis = f"reached {r.reached} of {r.ceiling} reachable ({r.below} below rho0)"
-    c.value = r.reached / r.below if r.below else float("nan")
-    counted = ("a count over pooled steady updates (Wilson intervals, descriptive: a run's "
-               "updates are not independent), not a test: not among Holm's")
-    if not r.readable:
-        c.verdict, c.note = "not settled", "the ceiling cannot be read (value reading or grid unknown)"
-    elif not r.below:
-        c.verdict, c.note = "not settled", "no update started below rho0: nothing to reach"
-    else:
-        c.verdict = "held" if r.stopped_short == 0 else "not held"
-        rest = ("the rest at the grid's maximum, below rho0" if r.stopped_short == 0 else
-                f"{r.stopped_short} stopped short of the grid's end without reaching it")
-        c.note = f"ends at rho >= rho0 in {ends} of {r.updates} updates, {rest}; {counted}"
-    return c
-
-
-def _m2po_claim(s: pd.DataFrame) -> Claim:
-    """M2PO at the largest lag matches on-policy ppo: held when the paired difference's
-    95% interval lies above -MATCH_MARGIN, not held when it lies below it."""
-    c = Claim("m2po at the largest lag matches on-policy ppo",
-              "M2PO: at 256 stale updates, accuracy matches on-policy training",
-              f"paired final greedy accuracy difference > -{MATCH_MARGIN}")
-    on = s[(s["method"] == BASELINE) & (s["lag"] == "0")]
-    m2 = s[s["method"] == LARGE_LAG_PEER]
-    if m2.empty or on.empty:
-        c.note = ("no m2po runs here (sweep `large_lag`)" if m2.empty
-                  else "no on-policy ppo control here")
-        return c
-    lag = m2.sort_values("lag_low")["lag"].iloc[-1]
-    m2 = m2[m2["lag"] == lag]
-    c.claim += f" (lag {lag})"
-    d = _by_seed(m2, "final_greedy_acc").sub(_by_seed(on, "final_greedy_acc")).dropna()
-    c.experiments = ", ".join(sorted(set(m2["experiment"]) | set(on["experiment"])))
-    if not len(d):
-        return c
-    c = directed(c, d, -MATCH_MARGIN, UP)
-    c = _with_note(c, alignment_note(m2, on, (f"m2po @ {lag}", "ppo @ 0")))
-    # beside the paired interval, as the other rows: both cells, and the seeds on each side
-    cells = " vs ".join(f"{name} {fmt_ci(*mean_ci(_by_seed(cell, 'final_greedy_acc')))}"
-                        for name, cell in ((f"m2po @ {lag}", m2), ("ppo @ 0", on)))
-    c.measured = (f"{cells}; paired m2po − on-policy ppo {c.measured} ({int((d > -MATCH_MARGIN).sum())}"
-                  f" of {len(d)} seeds within {MATCH_MARGIN})")
-    return c
-
+    `lag`, `method`, `rho0`), annotated (analysis/core/search_ceiling.py)."""
+    t = Lags(s, updates)
+    delay = t.lags(("delay",))
+    rows = [t.judge(row, lag) for lag in delay for row in PER_LAG]
+    rows += [t.judge(DECOUPLED, lag) for lag in delay]
+    rows += [t.judge(SCENARIO, lag) for lag in t.lags(("replay", "partial"))]
+    rows.append(t.judge_largest(LARGEST_ROW))
+    return pd.DataFrame([c.__dict__ for c in rows], columns=list(Claim.__dataclass_fields__))

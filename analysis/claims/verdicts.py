@@ -1,258 +1,162 @@
-"""Claim rows and their verdicts (docs/statistics.md).
+"""The one module that judges claim rows (analysis/claims/schema.py), for every report.
 
-Every claim states a direction: a number above a threshold, inside a range, or a
-difference that rises or falls. `held` only when the 95% interval lies wholly on the
-claim's side, `not held` only when it lies wholly on the other side, `not settled`
-otherwise. Comparisons of two cells are judged on their paired difference by seed
-(analysis/core/paired.py); the two unpaired intervals are shown beside it.
-
-Each tested row also carries the two-sided p-value of the t-test its verdict rests on
-(`p`) and the verdict its estimate leans to (`leans`), so that Holm's correction over a
-table's rows (analysis/core/multiplicity.py) can say which verdicts survive it.
-
-Shared by the paper-claims table (analysis/reports/paper.py), the random-reward rows
-(analysis/reports/random_reward.py) and the lag claims (analysis/claims/lag.py).
+A report's table builder finds each side's cell in its runs (a suite's cells, a lag's) and
+hands `judge` what it measured; `judge` applies the row's test by the rules of
+analysis/claims/rules.py (docs/statistics.md) and adds the notes every comparison gets: how
+two cells' final evals are aligned (accuracy rows) and a gradient-norm clipping gap between
+them. `table` then takes one table's rows together: Holm's correction over its tested rows,
+with the rows that hold by construction shown but neither tested nor counted.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from analysis.core.paired import DOWN, UP, direction_verdict, fmt_paired, paired_difference
-from analysis.core.stats import (
-    NO_SPREAD,
-    fmt_ci,
-    fmt_wilson,
-    mean_ci,
-    mean_se,
-    no_spread,
-    score_p,
-    t_sf,
-    two_sided_p,
-    wilson,
-)
+from analysis.claims import rules
+from analysis.claims.rules import Claim
+from analysis.claims.schema import Band, Direction, Match, NoChange, Reach, Row, ShareAbove
+from analysis.core.final import alignment_note
+from analysis.core.grad_clip import confound_note
+from analysis.core.multiplicity import with_holm
+from analysis.core.search_ceiling import reach
+from analysis.core.stats import fmt_ci, fmt_wilson, mean_ci
 
-VERDICTS = ("held", "not held", "not settled", "no data")
-# The staleness levels the paper ran; 8x is shown but never decides a verdict.
-PAPER_LEVELS = (1, 2, 4)
+ACCURACY = ("final_sampled_acc", "final_greedy_acc")
 
 
 @dataclass
-class Claim:
-    claim: str
-    paper: str
-    criterion: str
-    measured: str = "—"
-    basis: str = "—"  # the interval the verdict rests on, in short (the summary shows it)
-    experiments: str = ""  # the experiments whose runs the numbers come from
-    value: float = math.nan  # the main measured number, for tests and CSV readers
-    verdict: str = "no data"
-    note: str = ""
-    p: float = math.nan  # two-sided p of the t-test the verdict rests on; NaN: no test
-    leans: str = ""  # the verdict the estimate points to, were its p small enough
+class Measured:
+    """What a table builder found for one row at one level: each side's cell rows (one per
+    run) and its quantity by seed, the sides' names, and what a count test reads."""
+
+    frames: list[pd.DataFrame]
+    values: list[pd.Series]
+    names: tuple[str, ...]
+    confound: str | None = None  # the per-run column of the gradient-norm clipped share
+    pooled: tuple[int, int] = (0, 0)  # ShareAbove: agreeing and counted updates, pooled
+    updates: pd.DataFrame = field(default_factory=pd.DataFrame)  # Reach: annotated updates
+
+    @property
+    def found(self) -> bool:
+        return all(len(f) for f in self.frames)
 
 
-def ci(values: pd.Series) -> tuple[float, float, float, int, str]:
-    m, lo, hi, n = mean_ci(values)
-    return m, lo, hi, n, fmt_ci(m, lo, hi, n)
+def claim_of(row: Row, text: str | None = None, **fields) -> Claim:
+    """The row's Claim before any measurement (`text`: its claim with placeholders filled)."""
+    return Claim(text or row.claim, row.paper, row.criterion, **fields)
 
 
-def no_interval(c: Claim, *lows: float) -> bool:
-    if any(math.isnan(x) for x in lows):
-        c.verdict, c.note = "not settled", "one seed: no interval"
-        return True
-    return False
-
-
-def measured(c: Claim, values: pd.Series) -> tuple[float, float, float] | None:
-    """Record the values' mean and 95% interval on the claim; (mean, low, high), or None
-    when there is nothing to judge (no values, one seed, or seeds that all gave the same
-    value: a t-interval of zero width; then `not settled`)."""
-    m, low, high, n, text = ci(values)
-    if not n:
-        return None
-    c.measured = c.basis = text
-    c.value = m
-    if no_interval(c, low):
-        return None
-    if no_spread(low, high, n):
-        c.verdict, c.note = "not settled", f"{NO_SPREAD} (a count, not an estimate)"
-        return None
-    return m, low, high
-
-
-def _lean(estimate: float, ref: float, direction: int) -> str:
-    return "held" if (estimate - ref) * direction > 0 else "not held"
-
-
-def threshold(c: Claim, values: pd.Series, above: float) -> Claim:
-    """Held when the whole 95% interval lies above `above`, not held when below it."""
-    return directed(c, values, above, UP)
-
-
-def share_above(c: Claim, shares: pd.Series, k: int, n: int, above: float) -> Claim:
-    """A share of updates above `above`: per seed, then a t-interval over the seeds' shares
-    (threshold). Where every seed has the same share, the t-interval has no width; the
-    verdict then rests on the Wilson interval of the k of n pooled updates, and says so."""
-    threshold(c, shares, above)
-    m, low, high, n_seeds = mean_ci(shares)
-    if not no_spread(low, high, n_seeds) or not n:
+def judge(c: Claim, row: Row, m: Measured) -> Claim:
+    """Apply the row's test to what was measured at one level."""
+    test = row.test
+    if isinstance(test, Reach):
+        return reach_rule(c, m.updates)
+    if not m.values or not all(len(v) for v in m.values):
         return c
-    _, w_low, w_high = wilson(k, n)
-    c.basis = f"{fmt_wilson(k, n)}; every seed {m:.3f}"
-    c.measured = f"{c.measured}; pooled {fmt_wilson(k, n)}"
-    c.verdict = direction_verdict(w_low, w_high, UP, above)
-    c.p, c.leans = score_p(k, n, above), _lean(k / n, above, UP)
-    c.note = (f"{NO_SPREAD} over seeds, so judged on the Wilson interval of the pooled "
-              "updates (which counts them as independent)"
-              + ("; it includes " + f"{above:g}" if c.verdict == "not settled" else ""))
+    if len(row.sides) == 1:
+        values = m.values[0]
+        if isinstance(test, Band):
+            return rules.in_range(c, values, test.low, test.high)
+        if isinstance(test, Direction):
+            return rules.directed(c, values, test.ref, test.direction)
+        if isinstance(test, NoChange):
+            return rules.no_change(c, values)
+        if isinstance(test, ShareAbove):
+            return rules.share_above(c, values, *m.pooled, test.threshold)
+        raise TypeError(f"{row.key}: {type(test).__name__} needs two sides")
+    if isinstance(test, Match):
+        return match_rule(c, m, test.margin)
+    if not isinstance(test, Direction):
+        raise TypeError(f"{row.key}: two sides are compared by a Direction or a Match")
+    out = rules.paired(c, m.values[0], m.values[1], m.names[:2], test.direction)
+    return out if out.verdict == "no data" else with_notes(out, row, m)
+
+
+def with_notes(c: Claim, row: Row, m: Measured) -> Claim:
+    """The notes of a comparison of two different cells: the alignment of their final evals
+    (accuracy rows) and a gradient-norm clipping gap of 5 points or more."""
+    if row.sides[0].cell == row.sides[1].cell:  # two numbers of the same runs
+        return c
+    a, b = m.frames[0], m.frames[1]
+    notes = []
+    if row.sides[0].quantity in ACCURACY:
+        notes.append(alignment_note(a, b, m.names[:2]))
+    if m.confound and m.confound in a and m.confound in b:
+        notes.append(confound_note(_by_seed(a, m.confound), _by_seed(b, m.confound),
+                                   m.names[:2]))
+    return add_note(c, *notes)
+
+
+def add_note(c: Claim, *texts: str) -> Claim:
+    c.note = "; ".join(x for x in (c.note, *texts) if x)
     return c
 
 
-def below(c: Claim, values: pd.Series, limit: float) -> Claim:
-    """Held when the whole 95% interval lies below `limit`, not held when above it."""
-    return directed(c, values, limit, DOWN)
-
-
-def directed(c: Claim, values: pd.Series, ref: float, direction: int) -> Claim:
-    """Held when the 95% interval lies wholly on `direction`'s side of `ref`."""
-    interval = measured(c, values)
-    if interval is None:
-        return c
-    m, low, high = interval
-    c.verdict = direction_verdict(low, high, direction, ref)
-    c.p, c.leans = two_sided_p(values, ref), _lean(m, ref, direction)
-    if c.verdict == "not settled":
-        c.note = f"95% interval includes {ref:g}"
-    return c
-
-
-def no_change(c: Claim, values: pd.Series) -> Claim:
-    """A claim of no change: `not held` when the 95% interval excludes 0, else `not
-    settled` (an interval holding 0 cannot show the absence of a change)."""
-    interval = measured(c, values)
-    if interval is None:
-        return c
-    _, low, high = interval
-    c.p, c.leans = two_sided_p(values), "not held"  # no change can be shown, only a change
-    if low > 0 or high < 0:
-        c.verdict = "not held"
-    else:
-        c.verdict, c.note = "not settled", "95% interval includes 0; it cannot show no change"
-    return c
-
-
-def in_range(c: Claim, values: pd.Series, lo: float, hi: float) -> Claim:
-    """Held when the whole 95% interval lies in [lo, hi], not held when it misses it."""
-    interval = measured(c, values)
-    if interval is None:
-        return c
-    m, low, high = interval
-    c.p, c.leans = _range_p(values, lo, hi)
-    if lo <= low and high <= hi:
-        c.verdict = "held"
-    elif high < lo or low > hi:
-        c.verdict = "not held"
-    else:
-        inside = "inside" if lo <= m <= hi else "outside"
-        c.verdict = "not settled"
-        c.note = f"mean {inside} the range; its 95% interval reaches {'out of' if inside == 'inside' else 'into'} it"
-    return c
-
-
-def _range_p(values: pd.Series, lo: float, hi: float) -> tuple[float, str]:
-    """(p, leans) of a range claim. Inside: both one-sided tests (mean > lo, mean < hi) must
-    pass, p = 2 x the larger one-sided p; outside: the one-sided test that it lies beyond
-    the nearer end, doubled. Either p is below 0.05 exactly when the 95% t-interval lies
-    wholly inside (or wholly outside) the range, as the verdict asks."""
-    m, se, n = mean_se(values)
-    if not se > 0:
-        return math.nan, ""
-    if lo <= m <= hi:
-        return min(1.0, 2.0 * max(t_sf((m - lo) / se, n - 1), t_sf((hi - m) / se, n - 1))), "held"
-    beyond = (lo - m) if m < lo else (m - hi)
-    return min(1.0, 2.0 * t_sf(beyond / se, n - 1)), "not held"
-
-
-def paired(c: Claim, a: pd.Series, b: pd.Series, names: tuple[str, str], direction: int) -> Claim:
-    """a - b paired by seed (the index of both): held when its 95% interval excludes 0 on
-    `direction`'s side, not held when on the other side. The unpaired intervals of a and
-    b are shown beside it."""
-    _, _, _, na, ta = ci(a)
-    _, _, _, nb, tb = ci(b)
-    if not (na and nb):
-        return c
-    d = paired_difference(a, b)
-    c.basis = f"{names[0]} − {names[1]} {fmt_paired(d, direction)}"
-    c.measured = f"{names[0]} {ta} vs {names[1]} {tb}; paired {c.basis}"
-    c.value = d.mean
-    if not d.n:
-        c.verdict, c.note = "not settled", "no seed in common: nothing to pair"
-        return c
-    if no_interval(c, d.low):
-        return c
-    if no_spread(d.low, d.high, d.n):
-        c.verdict, c.note = "not settled", f"paired differences: {NO_SPREAD}"
-        return c
-    c.verdict = direction_verdict(d.low, d.high, direction)
-    c.p, c.leans = d.p, _lean(d.mean, 0.0, direction)
-    if c.verdict == "not settled":
-        c.note = "paired 95% interval includes 0"
-    return c
-
-
-def _reason(c: Claim) -> str:
-    """Why a row is not settled, without its confound note (reported on its own)."""
-    if c.verdict != "not settled":
-        return ""
-    return "; ".join(x for x in c.note.split("; ") if x and not x.startswith("confound"))
+def _by_seed(cell: pd.DataFrame, col: str) -> pd.Series:
+    return cell.set_index("seed")[col].astype(float)
 
 
 def across_levels(c: Claim, parts: dict[int, Claim]) -> Claim:
-    """One row from the same claim tested at each staleness level (`parts`): every level is
-    shown, but only the paper's levels decide. Held when held at each of them, not held
-    when not held at each, otherwise not settled."""
-    shown = {k: p for k, p in sorted(parts.items()) if p.verdict != "no data"}
-    if not shown:
+    """One row from its test at each staleness level (rules.across_levels)."""
+    return rules.across_levels(c, parts)
+
+
+def fresh(c: Claim) -> Claim:
+    return replace(c)
+
+
+def reach_rule(c: Claim, u: pd.DataFrame) -> Claim:
+    """What Algorithm 1 promises: of the updates that start below rho0, the search reaches
+    it wherever some bounds in its grid do (analysis/core/search_ceiling.py). Held when the
+    reached share equals that ceiling, not held when it falls short. The search is
+    deterministic given an update's tokens, so this is a count, not an estimate: no test,
+    and no place among the rows Holm's correction counts."""
+    if u.empty:
         return c
-    out = replace(c)
-    out.measured = "; ".join(f"{k}x: {p.measured}" for k, p in shown.items())
-    out.basis = "; ".join(f"{k}x: {p.basis}" for k, p in shown.items())
-    deciding = {k: p for k, p in shown.items() if k in PAPER_LEVELS}
-    verdicts = {p.verdict for p in deciding.values()}
-    out.value = deciding[max(deciding)].value if deciding else math.nan
-    per_level = ", ".join(f"{k}x {p.verdict}" + (f" ({_reason(p)})" if _reason(p) else "")
-                          for k, p in shown.items())
-    if not deciding:
-        out.verdict, out.note = "not settled", f"no level the paper ran ({per_level})"
-    elif verdicts == {"held"} or verdicts == {"not held"}:
-        out.verdict = verdicts.pop()
-        out.note = per_level if len(shown) > len(deciding) else ""
+    c.experiments = ", ".join(sorted(set(u["experiment"])))
+    r = reach(u)
+    defined = u[u["outcome"] != "undefined"]
+    ends = int((pd.to_numeric(defined["rho"], errors="coerce")
+                >= pd.to_numeric(defined["rho0"])).sum())
+    c.measured = (f"start below rho0: {fmt_wilson(r.below, r.updates)}; of those, the grid "
+                  f"can reach it (ceiling): {fmt_wilson(r.ceiling, r.below)}; the search "
+                  f"reached it: {fmt_wilson(r.reached, r.below)}")
+    c.basis = f"reached {r.reached} of {r.ceiling} reachable ({r.below} below rho0)"
+    c.value = r.reached / r.below if r.below else math.nan
+    counted = ("a count over pooled steady updates (Wilson intervals, descriptive: a run's "
+               "updates are not independent), not a test: not among Holm's")
+    if not r.readable:
+        c.verdict, c.note = "not settled", "the ceiling cannot be read (value reading or grid unknown)"
+    elif not r.below:
+        c.verdict, c.note = "not settled", "no update started below rho0: nothing to reach"
     else:
-        out.verdict, out.note = "not settled", per_level
-    out.p, out.leans = _levels_p(list(deciding.values()))
-    extra = [k for k in shown if k not in PAPER_LEVELS]
-    notes = [out.note] if out.note else []
-    if extra:
-        notes.append(", ".join(f"{k}x" for k in extra) + " not run in the paper: shown, not deciding")
-    notes += [f"{k}x {x}" for k, p in deciding.items() for x in p.note.split("; ")
-              if x.startswith("confound")]
-    out.note = "; ".join(notes)
-    return out
+        c.verdict = "held" if r.stopped_short == 0 else "not held"
+        rest = ("the rest at the grid's maximum, below rho0" if r.stopped_short == 0 else
+                f"{r.stopped_short} stopped short of the grid's end without reaching it")
+        c.note = f"ends at rho >= rho0 in {ends} of {r.updates} updates, {rest}; {counted}"
+    return c
 
 
-def _levels_p(deciding: list[Claim]) -> tuple[float, str]:
-    """The row's p over its deciding levels: it is settled only when every level is settled
-    the same way, so its p is the largest of theirs (an intersection-union test needs no
-    correction within the row). Levels leaning different ways, or one without a test,
-    cannot settle the row: p = 1, still counted among the table's tests."""
-    tested = [p for p in deciding if not math.isnan(p.p)]
-    if not tested:
-        return math.nan, ""
-    leans = {p.leans for p in deciding}
-    if len(tested) < len(deciding) or len(leans) > 1:
-        return 1.0, ""
-    return max(p.p for p in tested), leans.pop()
+def match_rule(c: Claim, m: Measured, margin: float) -> Claim:
+    """a matches b: held when the paired difference's 95% interval lies above -margin, not
+    held when it lies below it; both cells and the seeds within the margin beside it."""
+    d = m.values[0].sub(m.values[1]).dropna()
+    if not len(d):
+        return c
+    c = rules.directed(c, d, -margin, rules.UP)
+    c = add_note(c, alignment_note(m.frames[0], m.frames[1], m.names[:2]))
+    cells = " vs ".join(f"{name} {fmt_ci(*mean_ci(v))}"
+                        for name, v in zip(m.names, m.values, strict=True))
+    c.measured = (f"{cells}; paired {m.names[0].split(' @ ')[0]} − on-policy "
+                  f"{m.names[1].split(' @ ')[0]} {c.measured} ({int((d > -margin).sum())}"
+                  f" of {len(d)} seeds within {margin})")
+    return c
+
+
+def table(claims: list[Claim]) -> pd.DataFrame:
+    """One table's judged rows, with Holm's correction over its tested rows."""
+    frame = pd.DataFrame([c.__dict__ for c in claims], columns=list(Claim.__dataclass_fields__))
+    return with_holm(frame)

@@ -12,7 +12,7 @@ import re
 
 import pandas as pd
 
-from analysis.claims.verdicts import VERDICTS
+from analysis.claims.rules import VERDICTS
 
 ALL = "all"  # the label of the row that sums every suite
 HOLM = {v: f"{v} (Holm)" for v in VERDICTS}  # the counts after Holm's correction

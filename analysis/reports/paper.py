@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.claims.verdicts import VERDICTS, Claim, across_levels, in_range, paired, threshold
+from analysis.claims.paper import claims_table
+from analysis.claims.rules import VERDICTS
 from analysis.core import style
 from analysis.core.cells import experiment_order
-from analysis.core.final import FINAL_EVALS, alignment_note
-from analysis.core.grad_clip import confound_note
+from analysis.core.final import FINAL_EVALS
 from analysis.core.lags import build_labels, run_meta
 from analysis.core.loader import RunSet
 from analysis.core.multiplicity import fmt_holm, with_holm
-from analysis.core.paired import DOWN, UP
 from analysis.core.pilots import one_seed_cells
 from analysis.core.search_outcomes import search_outcomes
 from analysis.core.stats import fmt_ci, mean_ci
@@ -63,129 +62,6 @@ def results_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------- claims
-
-
-def _experiments(s: pd.DataFrame) -> str:
-    pairs = set(zip(s["experiment"], s["staleness"], strict=True))
-    return ", ".join(experiment_order(pairs))
-
-
-def by_seed(cell: pd.DataFrame, col: str) -> pd.Series:
-    """One cell's `col` indexed by seed: what paired comparisons match on."""
-    if col not in cell.columns:
-        return pd.Series(dtype=float)
-    return cell.set_index("seed")[col].astype(float)
-
-
-def _confound(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) -> str:
-    return confound_note(by_seed(a, "grad_clip_share"), by_seed(b, "grad_clip_share"), names)
-
-
-def _add_note(c: Claim, text: str) -> Claim:
-    c.note = "; ".join(x for x in (c.note, text) if x)
-    return c
-
-
-def claims_table(s: pd.DataFrame) -> pd.DataFrame:
-    """Each paper claim (docs/methods.md) with the paper's number, ours, and a verdict.
-
-    `s` is the run summary of one suite (analysis/core/cells.py): each (method, staleness) is one
-    cell there, so "ppo at 4x" is one set of seeds. Claims about "staleness > 1" are tested
-    at each level above 1x; only the paper's levels decide (verdicts.across_levels).
-    Comparisons of two cells are paired by seed (verdicts.paired).
-    """
-
-    def at(method: str, k: int) -> pd.DataFrame:
-        return s[(s["method"] == method) & (s["staleness"] == k)]
-
-    def stale(method: str) -> list[int]:
-        return sorted(int(k) for k in s.loc[s["method"] == method, "staleness"].unique() if k > 1)
-
-    def claim(text: str, paper: str, criterion: str, *used: pd.DataFrame) -> Claim:
-        used = [u for u in used if len(u)]
-        return Claim(text, paper, criterion,
-                     experiments=_experiments(pd.concat(used)) if used else "")
-
-    def compare(c: Claim, a: pd.DataFrame, b: pd.DataFrame, col: str, names: tuple[str, str],
-                direction: int) -> Claim:
-        out = paired(c, by_seed(a, col), by_seed(b, col), names, direction)
-        if out.verdict == "no data":
-            return out
-        if col.startswith("final_") and col.endswith("_acc"):  # evals: at equal updates?
-            out = _add_note(out, alignment_note(a, b, names))
-        return _add_note(out, _confound(a, b, names))
-
-    def per_level(c: Claim, method: str, test) -> Claim:
-        """The claim tested at each of `method`'s levels above 1x, then combined."""
-        return across_levels(c, {k: test(replace(c), at(method, k), k) for k in stale(method)})
-
-    ppo_off = s[(s["method"] == style.BASELINE) & (s["staleness"] > 1)]
-    bapo_off = s[(s["method"] == style.PROPOSED) & (s["staleness"] > 1)]
-    ppo = s[s["method"] == style.BASELINE]
-    claims = [
-        per_level(
-            claim("Negative tokens carry most of the loss contribution (ppo, staleness > 1, Fig 4)",
-                  "~0.55-0.65 negative share", "95% interval of the negative share above 0.5",
-                  ppo_off),
-            "ppo", lambda c, cell, k: threshold(c, 1.0 - cell["pos_contrib"], 0.5)),
-        per_level(
-            claim("Negative tokens are most of the tokens (ppo, staleness > 1, Fig 4)",
-                  "~0.80 negative share", "95% interval of the negative token share above 0.5",
-                  ppo_off),
-            "ppo", lambda c, cell, k: threshold(c, cell["token_share_neg"], 0.5)),
-        per_level(
-            claim("Negative responses are longer than positive ones (ppo, staleness > 1, Fig 6)",
-                  "negative longer", "paired (same runs) length A<0 minus A>0 above 0", ppo_off),
-            "ppo", lambda c, cell, k: paired(c, by_seed(cell, "length_neg"),
-                                             by_seed(cell, "length_pos"), ("A<0", "A>0"), UP)),
-        per_level(
-            claim("Staleness raises the clip fraction under ppo (Fig 2)", "rises with staleness",
-                  "paired by seed: clip fraction at kx minus 1x above 0", ppo),
-            "ppo", lambda c, cell, k: compare(c, cell, at("ppo", 1), "clip_frac",
-                                              (f"{k}x", "1x"), UP)),
-        per_level(
-            claim("Staleness speeds the entropy fall under ppo (Fig 2)", "faster fall when staler",
-                  "paired by seed: entropy drift at kx minus 1x below 0", ppo),
-            "ppo", lambda c, cell, k: compare(c, cell, at("ppo", 1), "entropy_drift",
-                                              (f"{k}x", "1x"), DOWN)),
-        per_level(
-            claim("BAPO c_high settles high (bapo, staleness > 1, Fig 8)", "~1.9-2.2",
-                  "95% interval of mean c_high within [1.9, 2.2]", bapo_off),
-            "bapo", lambda c, cell, k: in_range(c, cell["c_high"], 1.9, 2.2)),
-        per_level(
-            claim("BAPO c_low settles near 0.7 (bapo, staleness > 1, Fig 8)", "~0.7",
-                  "95% interval of mean c_low within [0.65, 0.75]", bapo_off),
-            "bapo", lambda c, cell, k: in_range(c, cell["c_low"], 0.65, 0.75)),
-        per_level(
-            claim("BAPO positive contribution (bapo, staleness > 1, Fig 9)", "~0.43-0.46",
-                  "95% interval within [0.43, 0.46]", bapo_off),
-            "bapo", lambda c, cell, k: in_range(c, cell["pos_contrib"], 0.43, 0.46)),
-        per_level(
-            claim("BAPO raises the positive contribution over ppo (staleness > 1, Fig 9)",
-                  "bapo > ppo", "paired by seed: bapo minus ppo above 0", bapo_off, ppo_off),
-            "bapo", lambda c, cell, k: compare(c, cell, at("ppo", k), "pos_contrib",
-                                               ("bapo", "ppo"), UP)),
-    ]
-    for k in (2, 4):
-        for other, paper in (("ppo", "62.0 vs 54.2"), ("clip_higher", "62.0 vs 59.2")):
-            paper = f"AIME24 4x: {paper}" if k == 4 else "bapo best (Fig 11)"
-            claims.append(compare(
-                claim(f"bapo beats {other} at {k}x (final sampled accuracy, Fig 11)", paper,
-                      f"paired by seed: bapo minus {other} above 0", at("bapo", k), at(other, k)),
-                at("bapo", k), at(other, k), "final_sampled_acc", ("bapo", other), UP))
-    claims += [
-        compare(
-            claim("Raising c_high slows the entropy fall (clip_0.8_1.5 vs ppo at 4x, Fig 7)",
-                  "slower fall", "paired by seed: entropy drift of clip_0.8_1.5 minus ppo above 0",
-                  at("clip_0.8_1.5", 4), at("ppo", 4)),
-            at("clip_0.8_1.5", 4), at("ppo", 4), "entropy_drift", ("clip_0.8_1.5", "ppo"), UP),
-        compare(
-            claim("Lowering c_low speeds the entropy fall (clip_0.5_1.2 vs ppo at 4x, Fig 7)",
-                  "faster fall", "paired by seed: entropy drift of clip_0.5_1.2 minus ppo below 0",
-                  at("clip_0.5_1.2", 4), at("ppo", 4)),
-            at("clip_0.5_1.2", 4), at("ppo", 4), "entropy_drift", ("clip_0.5_1.2", "ppo"), DOWN),
-    ]
-    return pd.DataFrame([c.__dict__ for c in claims], columns=list(Claim.__dataclass_fields__))
 
 
 def verdict_counts(claims: pd.DataFrame, column: str = "verdict") -> str:
