@@ -18,16 +18,14 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `analysis` importable from the repo root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.core import style  # noqa: E402
-from analysis.core.loader import RunSet, load_runs  # noqa: E402
+from analysis.core.loader import load_runs  # noqa: E402
 from analysis.core.pilots import one_seed_cells  # noqa: E402
-from analysis.core.plotting import FigureResult, Options, SkipFigure  # noqa: E402
 from analysis.core.summary import run_summary  # noqa: E402
 from analysis.figures import bounds as fig_bounds  # noqa: E402
 from analysis.figures import entropy_law as fig_entropy_law  # noqa: E402
@@ -38,26 +36,27 @@ from analysis.figures import ratio as fig_ratio  # noqa: E402
 from analysis.figures import rho as fig_rho  # noqa: E402
 from analysis.figures import tokens as fig_tokens  # noqa: E402
 from analysis.figures import training as fig_training  # noqa: E402
+from analysis.figures.contract import Figure, Options, draw_figures  # noqa: E402
 from analysis.reports.doc_blocks import fill_docs  # noqa: E402
 from analysis.reports.paper import CELL_COLS, SuiteFigures, verdict_counts, write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-FIGURES: dict[str, Callable[[RunSet, Options], FigureResult]] = {
-    "fig02_staleness_ppo": fig_training.fig02_staleness,
-    "fig04_contribution_by_sign": fig_training.fig04_contribution,
-    "fig05_prob_by_is_weight": fig_tokens.fig05_prob_by_ratio,
-    "fig06_length_by_sign": fig_training.fig06_length,
-    "fig07_asymmetric_clips": fig_training.fig07_asymmetric,
-    "fig08_bapo_bounds": fig_bounds.fig08_bapo_bounds,
-    "fig_bapo_rho_before": fig_rho.fig_bapo_rho_before,
-    "fig09_bapo_vs_ppo": fig_training.fig09_bapo_vs_ppo,
-    "fig10_prob_is_entropy": fig_tokens.fig10_prob_ratio_entropy,
-    "fig11_final_accuracy": fig_final.fig11_final_accuracy,
-    "fig_accuracy_by_step": fig_eval_steps.fig_accuracy_by_step,
-    "fig_entropy_quadrants": fig_quadrants.fig_entropy_quadrants,
-    "fig_is_ratio_by_staleness": fig_ratio.fig_is_ratio_by_staleness,
-    "fig_entropy_law": fig_entropy_law.fig_entropy_law,
-}
+FIGURES: tuple[Figure, ...] = (
+    Figure("fig02_staleness_ppo", fig_training.fig02_staleness),
+    Figure("fig04_contribution_by_sign", fig_training.fig04_contribution),
+    Figure("fig05_prob_by_is_weight", fig_tokens.fig05_prob_by_ratio),
+    Figure("fig06_length_by_sign", fig_training.fig06_length),
+    Figure("fig07_asymmetric_clips", fig_training.fig07_asymmetric),
+    Figure("fig08_bapo_bounds", fig_bounds.fig08_bapo_bounds),
+    Figure("fig_bapo_rho_before", fig_rho.fig_bapo_rho_before),
+    Figure("fig09_bapo_vs_ppo", fig_training.fig09_bapo_vs_ppo),
+    Figure("fig10_prob_is_entropy", fig_tokens.fig10_prob_ratio_entropy),
+    Figure("fig11_final_accuracy", fig_final.fig11_final_accuracy),
+    Figure("fig_accuracy_by_step", fig_eval_steps.fig_accuracy_by_step),
+    Figure("fig_entropy_quadrants", fig_quadrants.fig_entropy_quadrants),
+    Figure("fig_is_ratio_by_staleness", fig_ratio.fig_is_ratio_by_staleness),
+    Figure("fig_entropy_law", fig_entropy_law.fig_entropy_law),
+)
 
 
 TEXT_OUTPUTS = ("REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "runs.csv",
@@ -92,7 +91,7 @@ def managed(out: Path) -> list[Path]:
     if not out.is_dir():
         return []
     found = [out / n for n in TEXT_OUTPUTS if (out / n).exists()]
-    found += [p for name in FIGURES for p in sorted(out.glob(f"{name}.*")) if p.is_file()]
+    found += [p for f in FIGURES for p in sorted(out.glob(f"{f.name}.*")) if p.is_file()]
     if (out / SUITES_DIR).is_dir():
         found.append(out / SUITES_DIR)
     return found
@@ -106,28 +105,6 @@ def swap_in(staged: Path, out: Path) -> None:
     for new in sorted(staged.iterdir()):
         os.replace(new, out / new.name)
     staged.rmdir()
-
-
-def draw(runs: RunSet, opts: Options, only: list[str] | None) -> tuple[list, list, list]:
-    """Every figure of one suite: (made, skipped, failed)."""
-    made, skipped, failed = [], [], []
-    for name, fn in FIGURES.items():
-        if only and not any(name.startswith(o) for o in only):
-            continue
-        t = time.perf_counter()
-        try:
-            res = fn(runs, opts)
-        except SkipFigure as e:
-            skipped.append((name, str(e)))
-            print(f"skipped {name}: {e}")
-            continue
-        except Exception as e:  # noqa: BLE001 - one broken figure must not cost the others
-            failed.append((name, f"failed: {type(e).__name__}: {e}"))
-            print(f"FAILED  {name}: {type(e).__name__}: {e}")
-            continue
-        made.append(name)
-        print(f"made    {', '.join(p.name for p in res.paths)} ({time.perf_counter() - t:.1f}s)")
-    return made, skipped, failed
 
 
 EXIT_USAGE = 2  # nothing to read or nowhere to write: the command line is at fault
@@ -182,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
                 smooth=args.smooth,
                 last_k=args.last_k,
             )
-            made, skipped, bad = draw(part, opts, args.only)
-            figures.append(SuiteFigures(suite, where, made, skipped + bad))
-            failed += bad
+            drawn = draw_figures(FIGURES, part, opts, args.only)
+            figures.append(SuiteFigures(suite, where, [f.name for f in drawn.made],
+                                        drawn.skipped + drawn.failed))
+            failed += drawn.failed
         _, _, claims = write_report(runs, summary, staged, args.runs, figures, args.last_k)
         swap_in(staged, out)
         for doc in fill_docs(args.docs, REPO, only=out):

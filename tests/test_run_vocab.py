@@ -31,7 +31,7 @@ def test_importing_the_vocabulary_imports_neither_torch_nor_hydra():
 
 
 def test_analysis_reads_the_vocabulary_without_torch():
-    imports = "import analysis.core.loader, analysis.figures.tokens, analysis.figures.lag"
+    imports = "import analysis.core.loader, analysis.figures.tokens, analysis.figures.lag_bapo, analysis.reports.lag"
     assert _loaded_after(imports, ("torch",)) == []
 
 

@@ -156,7 +156,8 @@ def match_rule(c: Claim, m: Measured, margin: float) -> Claim:
     return c
 
 
-def table(claims: list[Claim]) -> pd.DataFrame:
+def table(claims: list[Claim] | pd.DataFrame) -> pd.DataFrame:
     """One table's judged rows, with Holm's correction over its tested rows."""
-    frame = pd.DataFrame([c.__dict__ for c in claims], columns=list(Claim.__dataclass_fields__))
+    frame = claims if isinstance(claims, pd.DataFrame) else pd.DataFrame(
+        [c.__dict__ for c in claims], columns=list(Claim.__dataclass_fields__))
     return with_holm(frame)

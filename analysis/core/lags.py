@@ -6,12 +6,12 @@ queue of K steps on data K*k..K*k+k-1 updates old. Replay and partial rollouts m
 measured (update records' `policy_lag`) instead of a range from the config.
 
 Comparisons only mean something between runs of one warm start: the runs of a lag report
-must share it (`check_one_warm_start`), or the report stops and names the odd ones.
+must share it (analysis/core/builds.py `check_one_warm_start`), or the report stops and
+names the odd ones.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -20,6 +20,8 @@ import pandas as pd
 
 from analysis.core.final import updates_per_step, warmup_steps
 from analysis.core.loader import Run, RunSet
+from analysis.core.search_ceiling import annotate
+from analysis.core.search_outcomes import searches_bounds
 from analysis.core.summary import run_summary
 from src.updates import lag_range
 
@@ -57,76 +59,6 @@ def lag_of(run: Run) -> Lag | None:
         return None
     delay = warmup_steps(run)  # the delay queue's K steps; 0 for the fresh source
     return Lag(*lag_range(delay, updates_per_step(run)), warmup_steps=delay)
-
-
-def run_meta(run: Run) -> dict:
-    """The run's meta.json; {} where it is missing or unreadable."""
-    try:
-        return json.loads((run.path / "meta.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def warm_start(run: Run) -> tuple[str, str | None]:
-    """(cache key, weights digest) of the warm-start build the run started from, as its
-    meta.json records them; the key is 'none recorded' and the digest None where it does not
-    (runs made before the digest was added carry only the key)."""
-    meta = run_meta(run)
-    ws, digest = meta.get("warm_start"), meta.get("warm_start_weights")
-    key = str(ws).rstrip("/").rsplit("/", 1)[-1] if ws else "none recorded"
-    return key, (str(digest) if digest else None)
-
-
-def build_labels(runs: RunSet) -> dict[str, str | None]:
-    """Per run: the warm-start build it started from, told apart by the weights digest, never
-    by the cache key alone. The key names the build's inputs, and the SFT behind one key
-    rounds differently on another CPU (the reproduction's root and the first lag root share
-    key 5fb97ee7a8113be3 but start at greedy 0.465 and 0.398). A run without a digest is
-    labelled by its key and its greedy accuracy at step 0, which every run of one build
-    shares (the eval of the same weights on the same problems); None for a run with
-    neither, which cannot be placed."""
-    ev = runs.evals
-    first = (ev[ev["step"] == 0].groupby("run_id", observed=True)["greedy_accuracy"].first()
-             if not ev.empty and "greedy_accuracy" in ev else pd.Series(dtype=float))
-    labels: dict[str, str | None] = {}
-    for r in runs.runs:
-        key, digest = warm_start(r)
-        greedy = first.get(r.run_id, math.nan)
-        if digest:
-            labels[r.run_id] = f"{key} (weights {digest})"
-        elif greedy == greedy:
-            labels[r.run_id] = f"{key} (no weights digest; greedy {greedy:.4f} at step 0)"
-        else:
-            labels[r.run_id] = None
-    return labels
-
-
-def check_one_warm_start(runs: RunSet) -> str:
-    """The one warm-start build every run shares (build_labels); ValueError naming the runs
-    when they come from several, or when a run records neither a weights digest nor a
-    step-0 eval (its build cannot be told).
-
-    Accuracy differences between warm starts are not lag effects: this machine's build of
-    the warm start can differ from another's (other CPUs round differently)."""
-    labels = build_labels(runs)
-    unplaced = sorted(r for r, label in labels.items() if label is None)
-    if unplaced:
-        raise ValueError(
-            f"{len(unplaced)} run(s) record no warm-start weights digest and no step-0 eval, "
-            f"so their build cannot be told: {', '.join(unplaced[:3])}"
-            f"{' ...' if len(unplaced) > 3 else ''}; leave them out or rerun them")
-    found = set(labels.values())
-    if len(found) > 1:
-        by_label: dict[str, list[str]] = {}
-        for run_id, label in labels.items():
-            by_label.setdefault(str(label), []).append(run_id)
-        listing = "; ".join(f"{k}: {', '.join(v[:3])}{' ...' if len(v) > 3 else ''}"
-                            for k, v in sorted(by_label.items()))
-        raise ValueError(
-            f"the runs come from {len(found)} warm starts ({listing}); a lag report compares "
-            "runs of one warm start: pass run dirs made on one machine (or one --runs root)"
-        )
-    return next(iter(found), "unknown")
 
 
 def steady_updates(runs: RunSet) -> pd.DataFrame:
@@ -199,3 +131,22 @@ def lag_summary(runs: RunSet) -> pd.DataFrame:
         "steady_grad_clipped": g["grad_clipped"].mean(),
     })
     return s.merge(steady, left_on="run_id", right_index=True, how="left")
+
+
+def coupled_with_lag(runs: RunSet, method: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Step records and lag_table rows of `method`'s coupled runs with a config lag."""
+    t = lag_table(runs)
+    lags = t[(t["method"] == method) & (t["anchor"] == "coupled") & t["source"].isin(RANGE_SOURCES)]
+    return runs.steps[runs.steps["run_id"].isin(lags["run_id"])], lags.reset_index(drop=True)
+
+
+def searching_updates(runs: RunSet) -> pd.DataFrame:
+    """Steady updates of the runs whose method searches its bounds, with `rho0` (the
+    parameter its traits name as the target) and how each search ended against its ceiling
+    (search_ceiling.annotate)."""
+    # the steady updates of every run, then the searching ones: a replay or partial cell's
+    # lag label pools all its runs (_measured_lags), so it matches the cell tables
+    rho0 = {r.run_id: r.method_param(r.traits.target) for r in runs.select(searches_bounds)}
+    u = steady_updates(runs)
+    u = u[u["run_id"].isin(rho0)] if not u.empty else u
+    return u if u.empty else annotate(u.assign(rho0=u["run_id"].map(rho0)), runs)

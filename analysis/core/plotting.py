@@ -1,12 +1,11 @@
-"""Shared figure machinery: options, skip signal, mean-with-band line panels, bar panels."""
+"""Shared drawing machinery: mean-with-band line panels, bar panels, axes and legends (the
+figure contract itself is analysis/figures/contract.py)."""
 
 from __future__ import annotations
 
 import math
 import textwrap
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -19,33 +18,6 @@ from analysis.core.cells import one_update_budget
 from analysis.core.final import updates_per_step
 from analysis.core.loader import RUN_COLS, Run, RunSet
 from analysis.core.stats import agg_ci, mean_ci
-
-
-class SkipFigure(Exception):
-    """The runs a figure needs are not there; the message says which."""
-
-
-@dataclass
-class Options:
-    out: Path = Path("figures")
-    formats: tuple[str, ...] = ("png", "pdf")
-    dpi: int = 150
-    smooth: int = 1  # rolling mean over steps, per run, before averaging seeds
-    last_k: int = 5  # "final" = mean of the last k steps
-    scatter_rows: int = 1500  # token rows per run drawn in scatter plots
-    box_rows: int = 50_000  # token rows per run feeding box plots
-
-
-@dataclass
-class FigureResult:
-    name: str
-    paths: list[Path]
-    data: pd.DataFrame  # exactly what was plotted
-    extra: dict[str, pd.DataFrame] = field(default_factory=dict)
-
-
-def save(fig: plt.Figure, name: str, opts: Options) -> list[Path]:
-    return style.save(fig, opts.out, name, opts.formats, opts.dpi)
 
 
 def stx(k: int) -> str:
@@ -64,19 +36,6 @@ def ci_errorbar(x: Sequence[float], lower: float | None = None,
     if upper is not None:
         lo, hi = min(lo, upper), min(hi, upper)
     return lo, hi
-
-
-def require(cond: bool, reason: str) -> None:
-    if not cond:
-        raise SkipFigure(reason)
-
-
-def require_learning(runs: RunSet) -> None:
-    """Skip a figure about learning (accuracy, reward, contribution by sign, length by sign)
-    when every reward is a coin flip: there is nothing to learn, so it would only show noise."""
-    require(not runs.runs or any(r.cfg("task.reward") != "random" for r in runs.runs),
-            "random rewards (task.reward=random): nothing to learn, so this figure would "
-            "show only coin-flip noise")
 
 
 def sample_note(runs: Iterable[Run]) -> str:

@@ -16,12 +16,6 @@ import seaborn as sns  # noqa: E402
 
 from analysis.core.cells import split_variant  # noqa: E402
 
-# The paper's baseline and the method it proposes, by label: the figures and claims that
-# compare the two by name (Fig 9, the random-reward control, REPORT's claims) read these.
-# What a method does (its bounds, its decision's records) comes from its traits instead.
-BASELINE = "ppo"
-PROPOSED = "bapo"
-
 # The four compared methods first, then the ablations the sweeps name (experiments/sweeps.yaml),
 # then the peer methods (the `peers` sweep).
 _DEEP = sns.color_palette("deep", 10).as_hex()

@@ -11,17 +11,9 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis.core import style
 from analysis.core.loader import Run, RunSet
-from analysis.core.plotting import (
-    STEP_AXIS,
-    FigureResult,
-    Options,
-    grid,
-    require,
-    save,
-    stx,
-    suptitle,
-)
+from analysis.core.plotting import STEP_AXIS, grid, stx, suptitle
 from analysis.core.search_outcomes import OUTCOMES, outcome, search_outcomes, searches_bounds
+from analysis.figures.contract import FigureResult, Options, require, save
 
 RANGE_KEYS = ("low_start", "low_max", "high_start", "high_max")
 # docs/methods.md: the paper reports c_high settling at ~1.9-2.2 and c_low near 0.7.

@@ -19,8 +19,9 @@ from analysis.core.entropy_law import (
     update_pairs,
 )
 from analysis.core.loader import RunSet
-from analysis.core.plotting import FigureResult, Options, grid, require, save, stx, suptitle
+from analysis.core.plotting import grid, stx, suptitle
 from analysis.core.stats import fmt_ci
+from analysis.figures.contract import FigureResult, Options, require, save
 
 NAME = "fig_entropy_law"
 X_LABEL = "predicted: −Cov(log π, A·X) (nats)"

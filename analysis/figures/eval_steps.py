@@ -13,19 +13,9 @@ import pandas as pd
 from analysis.core import style
 from analysis.core.final import EVAL_METRICS, FINAL_EVALS
 from analysis.core.loader import RUN_COLS, RunSet
-from analysis.core.plotting import (
-    FigureResult,
-    Options,
-    require,
-    require_learning,
-    save,
-    step_axis,
-    stx,
-    suptitle,
-    whole_number_ticks,
-    with_updates,
-)
+from analysis.core.plotting import step_axis, stx, suptitle, whole_number_ticks, with_updates
 from analysis.core.stats import agg_ci
+from analysis.figures.contract import FigureResult, Options, require, require_learning, save
 from analysis.figures.final import WARM_START_STYLE, start_evals
 
 NAME = "fig_accuracy_by_step"

@@ -12,17 +12,8 @@ import seaborn as sns
 from analysis.core import style
 from analysis.core.final import EVAL_METRICS, FINAL_EVALS, final_window, window_text
 from analysis.core.loader import RUN_COLS, RunSet
-from analysis.core.plotting import (
-    FigureResult,
-    Options,
-    bar_panel,
-    finish_legends,
-    require,
-    require_learning,
-    save,
-    stx,
-    suptitle,
-)
+from analysis.core.plotting import bar_panel, finish_legends, stx, suptitle
+from analysis.figures.contract import FigureResult, Options, require, require_learning, save
 
 
 def start_evals(runs: RunSet) -> pd.Series:

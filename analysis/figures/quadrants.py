@@ -12,18 +12,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.core.loader import RUN_COLS, RunSet
-from analysis.core.plotting import (
-    FigureResult,
-    Options,
-    bar_panel,
-    grid,
-    require,
-    sample_note,
-    save,
-    shared_legend,
-    stx,
-    suptitle,
-)
+from analysis.core.plotting import bar_panel, grid, sample_note, shared_legend, stx, suptitle
+from analysis.figures.contract import FigureResult, Options, require, save
 from src.run_vocab import NO_GRADIENT_STATES
 
 QUADRANTS = ["A>0, kept", "A>0, clipped", "A<0, kept", "A<0, clipped"]

@@ -9,20 +9,14 @@ import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 
+from analysis.claims.paper import BASELINE
 from analysis.core import style
 from analysis.core.loader import RUN_COLS, RunSet
-from analysis.core.plotting import (
-    FigureResult,
-    Options,
-    require,
-    sample_note,
-    save,
-    stx,
-    suptitle,
-)
+from analysis.core.plotting import sample_note, stx, suptitle
+from analysis.figures.contract import FigureResult, Options, require, save
 
 NAME = "fig_is_ratio_by_staleness"
-BASE = "ppo"
+BASE = BASELINE  # the paper's baseline (analysis/claims/paper.py): its IS weights
 VIEW = (0.25, 4.0)  # weights outside are counted in the edge bins
 BINS = np.geomspace(*VIEW, 41)
 

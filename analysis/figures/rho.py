@@ -9,8 +9,9 @@ import pandas as pd
 
 from analysis.core import style
 from analysis.core.loader import RUN_COLS, RunSet
-from analysis.core.plotting import FigureResult, Options, grid, require, save, stx, suptitle
+from analysis.core.plotting import grid, stx, suptitle
 from analysis.core.search_outcomes import searches_bounds
+from analysis.figures.contract import FigureResult, Options, require, save
 
 NAME = "fig_bapo_rho_before"
 BINS = np.linspace(0.0, 1.0, 41)

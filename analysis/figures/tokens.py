@@ -12,20 +12,13 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from analysis.claims.paper import BASELINE
 from analysis.core import style
 from analysis.core.loader import RUN_COLS, Run, RunSet
-from analysis.core.plotting import (
-    FigureResult,
-    Options,
-    finish_legends,
-    require,
-    sample_note,
-    save,
-    stx,
-    suptitle,
-)
+from analysis.core.plotting import finish_legends, sample_note, stx, suptitle
+from analysis.figures.contract import FigureResult, Options, require, save
 
-BASE = style.BASELINE
+BASE = BASELINE  # the paper's baseline (analysis/claims/paper.py): Fig 5 draws its tokens
 SIGN_COLORS = {"A>0": "#009E73", "A<0": "#CC79A7"}  # Okabe-Ito; no method uses them
 RATIO_EDGES = [0.0, 0.6, 0.8, 1.0, 1.2, 1.4, 2.0, math.inf]
 RATIO_LABELS = ["<0.6", "0.6-0.8", "0.8-1.0", "1.0-1.2", "1.2-1.4", "1.4-2.0", ">=2.0"]

@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from analysis.core import style
+from analysis.claims.paper import ROWS
+from analysis.claims.schema import methods_of
 from analysis.core.loader import RunSet
 from analysis.core.plotting import (
-    FigureResult,
-    Options,
     draw_curves,
     line_panels,
     reference_span,
-    require,
-    require_learning,
-    save,
     step_axis,
     step_curves,
     stx,
     suptitle,
     with_updates,
 )
+from analysis.figures.contract import FigureResult, Options, require, require_learning, save
 
-BASE, PROPOSED = style.BASELINE, style.PROPOSED  # Fig 9 compares the two by name
+# Which runs each figure draws: the methods of the claim rows that cite it
+# (analysis/claims/paper.py), never names of its own.
+FIG2, FIG4, FIG6 = (methods_of(ROWS, f)[0] for f in ("Fig. 2", "Fig. 4", "Fig. 6"))
+PROPOSED, BASE = methods_of(ROWS, "Fig. 9")  # Fig 9: bapo against ppo
+# Fig 7: each row's first side is a pair of fixed bounds, compared with the baseline
+FIG7_CLIPS = tuple(r.sides[0].cell.method for r in ROWS if r.figure == "Fig. 7")
+FIG7_METHODS = methods_of(ROWS, "Fig. 7")
 # The paper's Fig. 4 and Fig. 9 readings (docs/methods.md): the negative tokens' share of
 # ppo's loss contribution off-policy, and BAPO's positive share.
 PAPER_NEG_CONTRIB = (0.55, 0.65)
@@ -56,21 +59,21 @@ def _levels(runs: RunSet, method: str, variants: bool = True) -> list[int]:
 
 def fig02_staleness(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 2: how staleness changes ppo training, one colour per staleness."""
-    levels = _levels(runs, BASE, variants=False)
-    require(bool(levels), f"no '{BASE}' runs")
+    levels = _levels(runs, FIG2, variants=False)
+    require(bool(levels), f"no '{FIG2}' runs")
     panels = [
         ("reward_mean", "reward"),
         ("entropy_mean", "entropy"),
         ("clip_frac", "clip fraction"),
         ("grad_norm", "grad norm"),
     ]
-    curves = _curves_of(runs, {BASE}, [p[0] for p in panels], opts, variants=False)
+    curves = _curves_of(runs, {FIG2}, [p[0] for p in panels], opts, variants=False)
     fig = line_panels(
         curves,
         panels,
         runs,
         hue="staleness",
-        title=f"{BASE} at staleness " + ", ".join(stx(k) for k in levels),
+        title=f"{FIG2} at staleness " + ", ".join(stx(k) for k in levels),
     )
     name = "fig02_staleness_ppo"
     return FigureResult(name, save(fig, name, opts), curves)
@@ -78,9 +81,9 @@ def fig02_staleness(runs: RunSet, opts: Options) -> FigureResult:
 
 def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 4: loss contribution (gradient reading) and token share, by advantage sign."""
-    require(any(r.method == BASE for r in runs.runs), f"no '{BASE}' runs")
+    require(any(r.method == FIG4 for r in runs.runs), f"no '{FIG4}' runs")
     require_learning(runs)
-    ids = {r.run_id for r in runs.runs if r.method == BASE}
+    ids = {r.run_id for r in runs.runs if r.method == FIG4}
     steps = runs.steps[runs.steps["run_id"].isin(ids)].copy()
     require("contrib_grad_pos_share" in steps, "no contrib_grad_pos_share in step records")
     # The negative share is the complement: only tokens with A != 0 carry contribution.
@@ -99,7 +102,7 @@ def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
         runs,
         ncols=2,
         hue="staleness",
-        title=f"{BASE}: contribution by advantage sign (dotted: 0.5; hatched: the paper's "
+        title=f"{FIG4}: contribution by advantage sign (dotted: 0.5; hatched: the paper's "
         "off-policy range)",
         hlines={p[0]: 0.5 for p in panels},
         spans={"contrib_grad_neg_share": (lo, hi, f"paper: {lo:g}-{hi:g}"),
@@ -111,21 +114,18 @@ def fig04_contribution(runs: RunSet, opts: Options) -> FigureResult:
 
 def fig06_length(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 6: mean response length of positive vs negative responses."""
-    require(any(r.method == BASE for r in runs.runs), f"no '{BASE}' runs")
+    require(any(r.method == FIG6 for r in runs.runs), f"no '{FIG6}' runs")
     require_learning(runs)
     panels = [
         ("response_length_pos", "response length, A>0"),
         ("response_length_neg", "response length, A<0"),
     ]
-    curves = _curves_of(runs, {BASE}, [p[0] for p in panels], opts, variants=False)
+    curves = _curves_of(runs, {FIG6}, [p[0] for p in panels], opts, variants=False)
     require(not curves.empty, "no response_length_pos/neg values in step records")
     fig = line_panels(curves, panels, runs, hue="staleness", sharey=True,
-                      title=f"{BASE}: response length by advantage sign (one y scale)")
+                      title=f"{FIG6}: response length by advantage sign (one y scale)")
     name = "fig06_length_by_sign"
     return FigureResult(name, save(fig, name, opts), curves)
-
-
-FIG7_METHODS = ("clip_0.8_1.5", "ppo", "clip_0.5_1.2")
 
 
 def fig07_asymmetric(runs: RunSet, opts: Options, staleness: int = 4) -> FigureResult:
@@ -133,8 +133,8 @@ def fig07_asymmetric(runs: RunSet, opts: Options, staleness: int = 4) -> FigureR
     how often each pair of bounds binds."""
     have = {r.method_name for r in runs.runs if r.staleness == staleness}
     require(
-        bool(have & {"clip_0.8_1.5", "clip_0.5_1.2"}),
-        f"no runs named clip_0.8_1.5 or clip_0.5_1.2 at {staleness}x",
+        bool(have & set(FIG7_CLIPS)),
+        f"no runs named {' or '.join(FIG7_CLIPS)} at {staleness}x",
     )
     panels = [("reward_mean", "reward"), ("entropy_mean", "entropy"),
               ("clip_frac", "clip fraction (no-gradient tokens)")]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analysis.claims.lag import REFERENCE
 from analysis.core.paired import UP, fmt_paired, paired_difference
-from analysis.core.style import BASELINE
 
 # What an ablation of a clipping method changes first: its accuracy and how far its
 # policy moves from the behaviour policy.
@@ -29,20 +29,20 @@ def variant_table(summary: pd.DataFrame, base_of: dict[str, str]) -> pd.DataFram
         own = summary[summary["method"] == variant]
         for (lag, anchor), cell in own.groupby(["lag", "anchor"], sort=False):
             at = summary[(summary["lag"] == lag) & (summary["anchor"] == anchor)]
-            plain, ppo = at[at["method"] == base_of[variant]], at[at["method"] == BASELINE]
+            plain, ppo = at[at["method"] == base_of[variant]], at[at["method"] == REFERENCE]
             for col, name in VARIANT_METRICS.items():
                 if col not in summary:  # e.g. runs without update records
                     continue
                 by_seed = {k: g.set_index("seed")[col].astype(float)
-                           for k, g in (("variant", cell), ("plain", plain), ("ppo", ppo))}
+                           for k, g in (("variant", cell), ("plain", plain), ("reference", ppo))}
                 rows.append({
                     "variant": variant, "lag": lag, "anchor": anchor, "metric": name,
                     "variant mean": round(by_seed["variant"].mean(), 4),
                     "method": base_of[variant],
                     "method mean": round(by_seed["plain"].mean(), 4),
-                    "ppo mean": round(by_seed["ppo"].mean(), 4),
+                    f"{REFERENCE} mean": round(by_seed["reference"].mean(), 4),
                     "variant − method": _paired(by_seed["variant"], by_seed["plain"]),
-                    "variant − ppo": _paired(by_seed["variant"], by_seed["ppo"]),
+                    f"variant − {REFERENCE}": _paired(by_seed["variant"], by_seed["reference"]),
                 })
     return pd.DataFrame(rows)
 

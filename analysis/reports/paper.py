@@ -14,11 +14,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.claims.paper import claims_table
-from analysis.claims.rules import VERDICTS
 from analysis.core import style
-from analysis.core.cells import experiment_order
+from analysis.core.builds import build_labels, run_meta
 from analysis.core.final import FINAL_EVALS
-from analysis.core.lags import build_labels, run_meta
 from analysis.core.loader import RunSet
 from analysis.core.multiplicity import fmt_holm, with_holm
 from analysis.core.pilots import one_seed_cells
@@ -26,6 +24,14 @@ from analysis.core.search_outcomes import search_outcomes
 from analysis.core.stats import fmt_ci, mean_ci
 from analysis.reports import random_reward
 from analysis.reports.claim_counts import claim_counts
+from analysis.reports.markdown import (
+    holm_counts,
+    md_table,
+    order_cells,
+    shown_cols,
+    suite_labels,
+    verdict_counts,
+)
 from analysis.reports.run_index import run_index
 
 RESULT_COLUMNS = {
@@ -61,60 +67,6 @@ def results_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*cols, "metric", "mean", "ci_low", "ci_high", "n"])
 
 
-# ------------------------------------------------------------------------------- claims
-
-
-def verdict_counts(claims: pd.DataFrame, column: str = "verdict") -> str:
-    """'6 held, 2 not held, 7 not settled' (the kinds present, in VERDICTS order)."""
-    counts = claims[column].value_counts()
-    return ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts) or "no claims"
-
-
-def holm_counts(claims: pd.DataFrame) -> str:
-    """The line under the raw counts: the same claims after Holm's correction over the
-    table's tested rows (analysis/core/multiplicity.py)."""
-    tests = int(claims["tests"].iat[0]) if len(claims) else 0
-    return (f"After Holm's correction over the {tests} tested rows: "
-            f"{verdict_counts(claims, 'holm_verdict')}.")
-
-
-# ----------------------------------------------------------------------------- markdown
-
-
-def md_table(df: pd.DataFrame) -> str:
-    cells = df.astype(str).map(lambda v: v.replace("|", "\\|").replace("\n", " "))
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)]
-    return "\n".join(lines)
-
-
-def order_cells(df: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
-    """Rows by suite (largest first), experiment (by staleness), then the canonical method
-    order: within one experiment the methods compared side by side."""
-    rank = {m: i for i, m in enumerate(style.method_order(df["method"].unique()))}
-    exps = experiment_order(set(zip(df["experiment"], df["staleness"], strict=True)))
-    keys = {
-        "suite": lambda c: c.map({x: i for i, x in enumerate(suites)}),
-        "experiment": lambda c: c.map({x: i for i, x in enumerate(exps)}),
-        "method": lambda c: c.map(rank),
-    }
-    by = [c for c in ("suite", "experiment", "method") if c in df.columns]
-    return df.sort_values(by, key=lambda c: keys[c.name](c), kind="stable").reset_index(drop=True)
-
-
-def suite_labels(suites: list[str]) -> dict[str, str]:
-    """Short labels S1, S2, ... for the suites (largest first), defined once in REPORT.md's
-    suite table and used in every other table."""
-    return {s: f"S{i + 1}" for i, s in enumerate(suites)}
-
-
-def _shown_cols(df: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
-    """The suite column, by its short label, only when there is more than one suite."""
-    if len(suites) <= 1:
-        return df.drop(columns=["suite"], errors="ignore")
-    return df.assign(suite=df["suite"].map(suite_labels(suites))) if "suite" in df else df
-
-
 def results_markdown(results: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
     """Wide table of formatted 'mean ± half-width (n)' cells, one row per cell."""
     r = results.assign(
@@ -127,7 +79,7 @@ def results_markdown(results: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
     wide = wide[[c for c in RESULT_COLUMNS if c in wide.columns]].rename(columns=RESULT_COLUMNS)
     wide = order_cells(wide.reset_index(), suites)
     wide["staleness"] = wide["staleness"].map(style.staleness_label)
-    return _shown_cols(wide, suites)
+    return shown_cols(wide, suites)
 
 
 def runs_markdown(summary: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
@@ -144,7 +96,7 @@ def runs_markdown(summary: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
     table = order_cells(pd.DataFrame(rows, columns=[*CELL_COLS, "seeds", "steps",
                                                     "final evals at steps"]), suites)
     table["staleness"] = table["staleness"].map(style.staleness_label)
-    return _shown_cols(table, suites)
+    return shown_cols(table, suites)
 
 
 @dataclass
@@ -176,7 +128,7 @@ def _search_lines(table: pd.DataFrame, suites: list[str]) -> list[str]:
         "of a rollout is on-policy: nothing can be clipped there, so its rho is the batch's "
         "own sign balance.",
         "",
-        md_table(_shown_cols(shown, suites)),
+        md_table(shown_cols(shown, suites)),
         "",
     ]
 

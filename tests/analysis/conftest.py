@@ -361,7 +361,7 @@ def runset(sweep):
 @pytest.fixture
 def opts(tmp_path):
     from analysis.core import style
-    from analysis.core.plotting import Options
+    from analysis.figures.contract import Options
 
     style.setup()
     return Options(out=tmp_path / "figures", formats=("png",), dpi=40)

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.core.plotting import SkipFigure
 from analysis.figures import eval_steps as fig_eval_steps
 from analysis.figures import ratio as fig_ratio
 from analysis.figures import rho as fig_rho
+from analysis.figures.contract import SkipFigure
 
 
 def written_rows(written, kind: str, pred=lambda m, k, s: True) -> pd.DataFrame:

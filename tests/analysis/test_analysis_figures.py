@@ -13,12 +13,12 @@ import pytest
 from analysis.core import style
 from analysis.core.final import final_window
 from analysis.core.loader import load_runs
-from analysis.core.plotting import SkipFigure
 from analysis.figures import bounds as fig_bounds
 from analysis.figures import final as fig_final
 from analysis.figures import quadrants as fig_quadrants
 from analysis.figures import tokens as fig_tokens
 from analysis.figures import training as fig_training
+from analysis.figures.contract import SkipFigure
 
 
 def records(written, kind: str, pred=lambda m, k, s: True) -> pd.DataFrame:

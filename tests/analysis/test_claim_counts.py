@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.claims.verdicts import VERDICTS
+from analysis.claims.rules import VERDICTS
 from analysis.reports.claim_counts import ALL, claim_counts, counts_in_report
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"

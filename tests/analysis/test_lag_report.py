@@ -10,11 +10,13 @@ import pandas as pd
 import pytest
 
 from analysis.claims.lag import lag_claims
-from analysis.core.lags import check_one_warm_start, lag_table, steady_updates
+from analysis.core.builds import check_one_warm_start
+from analysis.core.lags import lag_table, steady_updates
 from analysis.core.loader import load_runs
-from analysis.figures.lag import outside_clip, paired_rows, ratio_shares
+from analysis.figures.lag_forest import paired_rows
+from analysis.figures.lag_ratios import outside_clip, ratio_shares
 from analysis.lag_report import main as lag_report_main
-from analysis.lag_report import task_label
+from analysis.reports.lag import task_label
 from tests.conftest import config_error
 
 T975_2 = 4.302652729911275  # Student t, 97.5%, 2 degrees of freedom (3 seeds)
@@ -355,14 +357,14 @@ def test_report_cli_writes_claims_tables_and_figures(tmp_path, write_run):
 
 
 def test_lag_training_draws_a_line_per_lag_and_says_when_there_is_one(tmp_path, write_run):
-    from analysis.core.plotting import Options
-    from analysis.figures.lag import fig_lag_training
-    from analysis.lag_report import ppo_by_lag
+    from analysis.core.lags import coupled_with_lag
+    from analysis.figures.contract import Options
+    from analysis.figures.lag_training import fig_lag_training
 
     for delay in (1, 4):
         _delayed(write_run, tmp_path / "runs", "ppo", 0, delay)
     runs = load_runs([tmp_path / "runs"])
-    steps, lags = ppo_by_lag(runs)
+    steps, lags = coupled_with_lag(runs, "ppo")
     res = fig_lag_training(steps, lags, Options(out=tmp_path, formats=("png",), dpi=30))
     assert set(res.data["lag"]) == {"4-7", "16-19"}  # one line per lag, every metric
     assert res.extra["title"]["title"].iat[0].startswith("ppo's training by lag (2 lags)")
@@ -397,8 +399,8 @@ def test_report_cli_exits_2_on_runs_of_two_warm_starts(tmp_path, write_run, caps
 
 
 def test_corrections_table_is_per_lag_and_anchor_over_seeds(tmp_path):
-    from analysis.core.plotting import Options
-    from analysis.figures.lag import corrections_table, fig_lag_corrections
+    from analysis.figures.contract import Options
+    from analysis.figures.lag_corrections import corrections_table, fig_lag_corrections
 
     rows = [{"method": "ppo", "source": "delay", "lag": lag, "lag_low": low, "anchor": a,
              "seed": s, "final_greedy_acc": base + 0.01 * s}
@@ -414,7 +416,7 @@ def test_corrections_table_is_per_lag_and_anchor_over_seeds(tmp_path):
 
 
 def test_positive_share_by_lag_counts_updates_below_rho0():
-    from analysis.lag_report import positive_share_by_lag
+    from analysis.reports.lag_sections import positive_share_by_lag
 
     u = pd.DataFrame({"lag": ["0-3"] * 4 + ["16-19"] * 2, "run_id": ["a", "a", "b", "b", "c", "c"],
                       "rho": [0.3, 0.5, 0.45, 0.39, 0.6, None]})
@@ -426,7 +428,7 @@ def test_positive_share_by_lag_counts_updates_below_rho0():
 
 
 def test_lag_order_puts_the_narrower_lag_first_on_a_tie():
-    from analysis.figures.lag import lag_order
+    from analysis.figures.lag_common import lag_order
 
     labels = pd.Series(["16-19", "0-3", "0", "4-7", "0-3"])
     assert lag_order(labels, pd.Series([16, 0, 0, 4, 0])) == ["0", "0-3", "4-7", "16-19"]

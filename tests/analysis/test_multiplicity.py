@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.claims.verdicts import Claim, across_levels, in_range, threshold
+from analysis.claims.rules import Claim, across_levels, in_range, threshold
 from analysis.core.multiplicity import holm, with_holm
 from analysis.core.stats import fmt_ci, incomplete_beta, mean_ci, score_p, t_sf, two_sided_p, wilson
 

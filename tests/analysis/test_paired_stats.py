@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.claims.verdicts import Claim, across_levels, directed, no_change
+from analysis.claims.rules import Claim, across_levels, directed, no_change
 from analysis.core.grad_clip import clipped_flags, confound_note
 from analysis.core.paired import DOWN, UP, direction_verdict, fmt_paired, paired_difference
 

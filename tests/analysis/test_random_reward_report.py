@@ -26,8 +26,8 @@ from analysis.core.entropy_law import (
     update_pairs,
 )
 from analysis.core.loader import load_runs
-from analysis.core.plotting import SkipFigure
 from analysis.core.stats import wilson
+from analysis.figures.contract import SkipFigure
 from analysis.figures.entropy_law import fig_entropy_law
 from analysis.reports.random_reward import cell_table, random_suites, suite_claims
 

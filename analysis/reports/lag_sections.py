@@ -1,0 +1,142 @@
+"""The sections of a lag report's REPORT.md (analysis/reports/lag.py writes it)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.claims.lag import REFERENCE
+from analysis.core.final import FINAL_EVALS
+from analysis.core.multiplicity import fmt_holm
+from analysis.core.stats import fmt_ci
+from analysis.figures.contract import Drawn
+from analysis.figures.lag_common import lag_order
+from analysis.figures.lag_corrections import corrections_table
+from analysis.figures.lag_ratios import outside_clip, ratio_shares
+from analysis.reports.markdown import holm_counts, md_table, verdict_counts
+
+PILOT_FIGURE_PREFIX = "lag_pilot"  # figures of the calibration pilots, kept apart
+CELL_COLS = {
+    "final_greedy_acc": "final greedy", "final_sampled_acc": "final sampled",
+    "entropy_drift": "entropy drift", "steady_clip_frac": "clip frac",
+    "steady_abs_log_r": "mean abs log r", "steady_rho_before": "rho before search",
+    "steady_grad_clipped": "grad-norm clipped",
+    # BAPO acts only when negative tokens carry > 1 - rho0 of the gradient; within a group
+    # the advantages cancel, so what tips the share is failing responses being longer
+    "length_pos": "length A>0", "length_neg": "length A<0",
+}
+INTRO = (
+    "Lags are in optimizer updates; a delay queue's first steps train on the initial "
+    "weights' rollouts and are left out of the steady numbers. Final accuracy is the mean of "
+    f"each run's last {FINAL_EVALS} evals; cells at one lag have them at the same updates, "
+    "and a comparison across lags says in its note how it is aligned. Comparisons are paired "
+    "by seed: held only when the paired 95% t-interval excludes 0 in the stated direction; "
+    "seeds that all gave one value have no interval. `after Holm`: the verdict that survives "
+    "Holm's correction over this table's tested rows (two-sided t-test p, Holm-adjusted p, "
+    "number of tests); a settled verdict whose adjusted p is not below 0.05 becomes `not "
+    "settled`. The search row is a count over pooled updates (Wilson intervals), not a test."
+)
+CELLS_INTRO = (
+    f"final = mean of the last {FINAL_EVALS} evals on 256 held-out problems (their steps and "
+    "optimizer updates in the second column: a delay queue's warm-up steps count, so lags "
+    "differ in updates at equal steps on their own rollouts); entropy drift = mean of the "
+    "last 5 steps minus the first 5 (negative: fell); clip frac, mean abs log r, rho before "
+    "search and grad-norm clipped over the steady updates; lengths in tokens of the "
+    "responses with positive and negative advantage."
+)
+
+
+def cell_table(s: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds per (lag, anchor, method), with the seed count and where the final
+    evals fall (steps, and optimizer updates, which differ between lags)."""
+    g = s.groupby(["lag_low", "lag", "anchor", "method"], sort=True)
+    out = g[[c for c in CELL_COLS if c in s]].mean().round(4)
+    out.insert(0, "seeds", g.size())
+    if {"final_eval_steps", "final_updates"} <= set(s.columns):
+        out.insert(1, "final evals: steps (updates)", g.apply(
+            lambda c: "; ".join(sorted({f"{a} ({b})" for a, b in zip(
+                c["final_eval_steps"], c["final_updates"], strict=True) if a == a}))))
+    return out.reset_index().drop(columns="lag_low").rename(columns=CELL_COLS)
+
+
+def positive_share_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
+    """Per lag: runs, updates, mean rho and the share of updates with rho < 0.4."""
+    rho = pd.to_numeric(updates["rho"], errors="coerce")
+    g = updates.assign(rho=rho, below=(rho < 0.4).astype(float)).groupby("lag", sort=False)
+    return pd.DataFrame({"runs": g["run_id"].nunique(), "updates": g.size(),
+                         "mean rho": g["rho"].mean().round(3),
+                         "rho < 0.4": g["below"].mean().round(3)})
+
+
+def _claims_lines(claims: pd.DataFrame) -> list[str]:
+    shown = claims.assign(**{"after Holm": claims.apply(fmt_holm, axis=1)})[
+        ["claim", "paper", "measured", "verdict", "after Holm", "note"]]
+    return [f"## Claims ({verdict_counts(claims)})", "", holm_counts(claims), "",
+            md_table(shown.fillna("—")), ""]
+
+
+def _variant_lines(variants: pd.DataFrame) -> list[str]:
+    if variants.empty:
+        return []
+    return ["## Parameter variants (paired by seed)", "",
+            "A variant runs a method with parameters other than its yaml's; it is compared "
+            f"with the method's own runs and with {REFERENCE} at the same lag, seed by seed "
+            "(mean ± 95% t-interval half-width; seeds with a difference > 0).", "",
+            md_table(variants.astype(object).fillna("—")), ""]
+
+
+def _ratio_lines(updates: pd.DataFrame) -> list[str]:
+    shares = ratio_shares(updates) if not updates.empty else pd.DataFrame()
+    if shares.empty:
+        return []
+    order = lag_order(shares["lag"], shares["lag_low"])
+    off = outside_clip(shares).unstack("sign").reindex(order).round(4)
+    off.columns = [f"outside, {c}" for c in off.columns]
+    table = off.join(positive_share_by_lag(updates).reindex(order)).reset_index()
+    return [f"## {REFERENCE} by lag: ratios outside [0.8, 1.2] and the positive share", "",
+            "Steady updates; `rho` is the positive share of the gradient at [0.8, 1.2] "
+            f"({REFERENCE} logs it as BAPO would see it before any search), one value per "
+            "mini-batch update; `rho < 0.4` the share of updates where BAPO's search would "
+            "start.", "", md_table(table.astype(object).fillna("—")), ""]
+
+
+def _anchor_lines(s: pd.DataFrame) -> list[str]:
+    corr = corrections_table(s)
+    if corr.empty or corr["anchor"].nunique() <= 1:
+        return []
+    order = lag_order(corr["lag"], corr["lag_low"])
+    cell = corr.assign(text=[fmt_ci(m, lo, hi, n) for m, lo, hi, n in
+                             corr[["mean", "low", "high", "n"]].itertuples(index=False)])
+    wide = cell.pivot(index="anchor", columns="lag", values="text").reindex(columns=order)
+    return [f"## {REFERENCE}'s ratio anchor against the lag (final greedy accuracy)", "",
+            "AReaL's Table 3 layout: coupled is the naive ratio to the behaviour policy, "
+            "recompute the ratio to the step-start policy, decoupled AReaL's objective.",
+            "", md_table(wide.reset_index().astype(object).fillna("—")), ""]
+
+
+def _figure_lines(drawn: Drawn) -> list[str]:
+    figures = drawn.made
+    sweeps = [f for f in figures if not f.name.startswith(PILOT_FIGURE_PREFIX)]
+    lines = ["## Figures", "", *[f"![{f.name}]({f.name}.png)" for f in sweeps]]
+    lines += [f"- skipped: {why}" for _, why in drawn.skipped]
+    pilots = [f for f in figures if f.name.startswith(PILOT_FIGURE_PREFIX)]
+    if pilots:
+        lines += ["", "## One-seed calibration pilots, apart from the sweeps", "",
+                  f"{REFERENCE} pilots of this build (`--pilots`), one seed each: what chose "
+                  "the lags, not a result beside the sweeps.", "",
+                  *[f"![{f.name}]({f.name}.png)" for f in pilots]]
+    return lines
+
+
+def markdown(s: pd.DataFrame, claims: pd.DataFrame, drawn: Drawn, warm: str,
+             ref_updates: pd.DataFrame, title: str, tasks: str, variants: pd.DataFrame) -> str:
+    lines = [
+        f"# {title}", "",
+        "Written by `python analysis/lag_report.py` from the lag sweeps' runs "
+        f"(task {tasks}; warm start `{warm}`; every run shares it). {INTRO}", "",
+        *_claims_lines(claims),
+        "## Cells (mean over seeds)", "", CELLS_INTRO, "",
+        md_table(cell_table(s).astype(object).fillna("—")), "",
+        *_variant_lines(variants), *_ratio_lines(ref_updates), *_anchor_lines(s),
+        *_figure_lines(drawn),
+    ]
+    return "\n".join(lines) + "\n"
