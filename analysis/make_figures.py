@@ -38,7 +38,8 @@ from analysis.figures import tokens as fig_tokens  # noqa: E402
 from analysis.figures import training as fig_training  # noqa: E402
 from analysis.figures.contract import Figure, Options, draw_figures  # noqa: E402
 from analysis.reports.doc_blocks import fill_docs  # noqa: E402
-from analysis.reports.paper import CELL_COLS, SuiteFigures, verdict_counts, write_report  # noqa: E402
+from analysis.reports.markdown import verdict_counts  # noqa: E402
+from analysis.reports.paper import CELL_COLS, SuiteFigures, write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES: tuple[Figure, ...] = (

@@ -132,33 +132,65 @@ RATIO_VIEW = (0.25, 4.0)  # fig 10's IS-weight axis; weights outside are drawn a
 RATIO_TICKS = [0.25, 0.5, 1.0, 2.0, 4.0]
 
 
+def _fig10_panel(runs: RunSet, mruns: list[Run], opts: Options) -> pd.DataFrame | None:
+    """One method's panel data: a seeded sample of its stale tokens for the scatter, and the
+    near-1 share over every stale token (only the scatter is sampled)."""
+    tok = runs.tokens(["logp", "ratio", "entropy", "update"], mruns)
+    tok = tok[tok["update"] > 0]
+    if tok.empty:
+        return None
+    ratio = tok["ratio"].astype("float64")
+    near_one = float(ratio.between(*NEAR_ONE).mean())
+    n = max(1, opts.scatter_rows * len(mruns))
+    tok = tok.sample(n=min(n, len(tok)), random_state=0) if len(tok) > n else tok
+    d = tok[RUN_COLS].copy()
+    d["ratio"] = tok["ratio"].astype("float64")
+    d["prob"] = np.exp(tok["logp"].astype("float64"))
+    d["entropy"] = tok["entropy"].astype("float64")
+    d["near_one_share"] = near_one
+    d["stale_tokens"] = len(ratio)
+    d["c_low"], d["c_high"] = mruns[0].method_param("c_low"), mruns[0].method_param("c_high")
+    d["adaptive_bounds"] = mruns[0].traits.adaptive_bounds
+    return d
+
+
+def _fig10_axes(ax: plt.Axes, d: pd.DataFrame, norm: plt.Normalize) -> None:
+    """One panel: the scatter, a fixed method's clip bounds, and the near-1 share."""
+    o = d.sort_values("entropy")  # high entropy drawn last, on top
+    x = o["ratio"].clip(*RATIO_VIEW)
+    outside = (o["ratio"] < RATIO_VIEW[0]) | (o["ratio"] > RATIO_VIEW[1])
+    for mask, marker in ((~outside, "o"), (outside, ">")):
+        ax.scatter(x[mask], o["prob"][mask], c=o["entropy"][mask], cmap="viridis", norm=norm,
+                   s=5, marker=marker, linewidths=0, alpha=0.6, rasterized=True)
+    fixed = not d["adaptive_bounds"].iat[0] and d["c_low"].notna().iat[0]
+    if fixed and d["c_high"].notna().iat[0]:  # a fixed token-ratio clip: where it cuts
+        for bound in (d["c_low"].iat[0], d["c_high"].iat[0]):
+            ax.axvline(bound, color="#D55E00", lw=0.8, ls="--")
+        ax.text(0.03, 0.97, f"clip [{d['c_low'].iat[0]:g}, {d['c_high'].iat[0]:g}]",
+                transform=ax.transAxes, fontsize=7, va="top", color="#D55E00")
+    ax.axvline(1.0, color="0.5", lw=0.8, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(RATIO_VIEW[0] / 1.08, RATIO_VIEW[1] * 1.08)
+    ax.xaxis.set_major_locator(mticker.FixedLocator(RATIO_TICKS))
+    ax.xaxis.set_minor_locator(mticker.NullLocator())
+    ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylim(-0.02, 1.02)
+    ax.text(0.97, 0.03, f"{d['near_one_share'].iat[0]:.0%} of {d['stale_tokens'].iat[0]:,} "
+            f"tokens\nat {NEAR_ONE[0]:g}-{NEAR_ONE[1]:g}", transform=ax.transAxes,
+            fontsize=7, ha="right", va="bottom",
+            bbox={"facecolor": "white", "alpha": 0.85, "lw": 0, "pad": 1})
+    ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])}", fontsize=9)
+
+
 def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
     """Fig 10: probability vs IS weight coloured by entropy, tokens of stale updates only
     (update 0 is on-policy: every weight is exactly 1 and says nothing here), every method at
     one staleness. Each panel states the share of tokens near 1, which the dots hide."""
     chosen = _common_staleness(runs)
     require(bool(chosen), "no off-policy (staleness > 1) runs with token parts")
-    panels = []
-    for method in style.method_order({r.method for r in chosen}):
-        mruns = [r for r in chosen if r.method == method]
-        # The near-1 share from every stale row; only the scatter is sampled.
-        tok = runs.tokens(["logp", "ratio", "entropy", "update"], mruns)
-        tok = tok[tok["update"] > 0]
-        if tok.empty:
-            continue
-        ratio = tok["ratio"].astype("float64")
-        near_one = float(ratio.between(*NEAR_ONE).mean())
-        n = max(1, opts.scatter_rows * len(mruns))
-        tok = tok.sample(n=min(n, len(tok)), random_state=0) if len(tok) > n else tok
-        d = tok[RUN_COLS].copy()
-        d["ratio"] = tok["ratio"].astype("float64")
-        d["prob"] = np.exp(tok["logp"].astype("float64"))
-        d["entropy"] = tok["entropy"].astype("float64")
-        d["near_one_share"] = near_one
-        d["stale_tokens"] = len(ratio)
-        d["c_low"], d["c_high"] = mruns[0].method_param("c_low"), mruns[0].method_param("c_high")
-        d["adaptive_bounds"] = mruns[0].traits.adaptive_bounds
-        panels.append(d)
+    panels = [d for method in style.method_order({r.method for r in chosen})
+              if (d := _fig10_panel(runs, [r for r in chosen if r.method == method], opts))
+              is not None]
     require(bool(panels), "token parts of the chosen runs could not be read")
     data = pd.concat(panels, ignore_index=True)
     # One colour scale for every panel, up to the 99th percentile (a few flat tokens would
@@ -172,30 +204,7 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
     for ax in grid_axes.flat[len(panels):]:
         ax.set_visible(False)
     for i, (ax, d) in enumerate(zip(axes, panels, strict=True)):
-        o = d.sort_values("entropy")  # high entropy drawn last, on top
-        x = o["ratio"].clip(*RATIO_VIEW)
-        outside = (o["ratio"] < RATIO_VIEW[0]) | (o["ratio"] > RATIO_VIEW[1])
-        for mask, marker in ((~outside, "o"), (outside, ">")):
-            ax.scatter(x[mask], o["prob"][mask], c=o["entropy"][mask], cmap="viridis", norm=norm,
-                       s=5, marker=marker, linewidths=0, alpha=0.6, rasterized=True)
-        fixed = not d["adaptive_bounds"].iat[0] and d["c_low"].notna().iat[0]
-        if fixed and d["c_high"].notna().iat[0]:  # a fixed token-ratio clip: where it cuts
-            for bound in (d["c_low"].iat[0], d["c_high"].iat[0]):
-                ax.axvline(bound, color="#D55E00", lw=0.8, ls="--")
-            ax.text(0.03, 0.97, f"clip [{d['c_low'].iat[0]:g}, {d['c_high'].iat[0]:g}]",
-                    transform=ax.transAxes, fontsize=7, va="top", color="#D55E00")
-        ax.axvline(1.0, color="0.5", lw=0.8, ls=":")
-        ax.set_xscale("log", base=2)
-        ax.set_xlim(RATIO_VIEW[0] / 1.08, RATIO_VIEW[1] * 1.08)
-        ax.xaxis.set_major_locator(mticker.FixedLocator(RATIO_TICKS))
-        ax.xaxis.set_minor_locator(mticker.NullLocator())
-        ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.set_ylim(-0.02, 1.02)
-        ax.text(0.97, 0.03, f"{d['near_one_share'].iat[0]:.0%} of {d['stale_tokens'].iat[0]:,} "
-                f"tokens\nat {NEAR_ONE[0]:g}-{NEAR_ONE[1]:g}", transform=ax.transAxes,
-                fontsize=7, ha="right", va="bottom",
-                bbox={"facecolor": "white", "alpha": 0.85, "lw": 0, "pad": 1})
-        ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])}", fontsize=9)
+        _fig10_axes(ax, d, norm)
         ax.set_xlabel("IS weight π/π_behaviour" if i >= len(panels) - ncols else "")
         ax.set_ylabel("token probability (0-1)" if i % ncols == 0 else "")
         ax.tick_params(labelbottom=True)

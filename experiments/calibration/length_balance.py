@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:
 
 from analysis.core.lags import lag_table, steady_updates  # noqa: E402
 from analysis.core.loader import load_runs  # noqa: E402
-from analysis.reports.paper import md_table  # noqa: E402
+from analysis.reports.markdown import md_table  # noqa: E402
 
 COLUMNS = ["step", "response_id", "group_id", "advantage", "reward", "response_length"]
 

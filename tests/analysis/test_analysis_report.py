@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.claims.paper import claims_table
 from analysis.core.summary import run_summary
-from analysis.reports.paper import claims_table, results_table, write_report
+from analysis.reports.paper import write_report
+from analysis.reports.paper_tables import results_table
 
 
 def test_run_summary_matches_the_written_records(sweep, runset):
@@ -161,14 +163,14 @@ def test_claim_verdicts_rest_on_paired_intervals_and_the_papers_levels():
 
 
 def test_verdict_counts_name_settled_and_unsettled_apart():
-    from analysis.reports.paper import verdict_counts
+    from analysis.reports.markdown import verdict_counts
 
     claims = pd.DataFrame({"verdict": ["held", "not settled", "held", "no data", "not held"]})
     assert verdict_counts(claims) == "2 held, 1 not held, 1 not settled, 1 no data"
 
 
 def test_write_report(sweep, runset, tmp_path):
-    from analysis.reports.paper import SuiteFigures
+    from analysis.reports.paper_sections import SuiteFigures
 
     summary = run_summary(runset)
     (suite,) = runset.suites

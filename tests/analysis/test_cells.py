@@ -11,7 +11,7 @@ from analysis import make_figures
 from analysis.core.cells import one_update_budget
 from analysis.core.loader import load_runs
 from analysis.core.summary import run_summary
-from analysis.reports.paper import results_table
+from analysis.reports.paper_tables import results_table
 
 
 def test_smoke_runs_are_never_seeds_of_the_2x_cell(tmp_path, write_run):
