@@ -53,6 +53,8 @@ class Claim:
     note: str = ""
     p: float = math.nan  # two-sided p of the t-test the verdict rests on; NaN: no test
     leans: str = ""  # the verdict the estimate points to, were its p small enough
+    # why the row holds by construction (shown, neither counted nor tested); '' for evidence
+    by_construction: str = ""
 
 
 def ci(values: pd.Series) -> tuple[float, float, float, int, str]:

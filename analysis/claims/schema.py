@@ -114,6 +114,7 @@ class Construction:
 
     why: str
     when: str = "always"
+    measure: str = ""  # a function of quantities.MEASURES that shows it in numbers
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,20 @@ def judge(c: Claim, row: Row, m: Measured) -> Claim:
     return out if out.verdict == "no data" else with_notes(out, row, m)
 
 
+def constructed(c: Claim, row: Row, conditions: frozenset[str] = frozenset(),
+                measure: str = "") -> Claim:
+    """Mark a row that holds by construction where its condition holds (`conditions`: the
+    names that hold for the table's runs; `always` always does): it keeps its verdict, shown,
+    but loses its p, so it is neither among Holm's tests nor counted as evidence."""
+    built = row.by_construction
+    if built is None or c.verdict == "no data" or (built.when != "always"
+                                                   and built.when not in conditions):
+        return c
+    c.by_construction = built.why + (f" ({measure})" if measure else "")
+    c.p, c.leans = math.nan, ""
+    return c
+
+
 def with_notes(c: Claim, row: Row, m: Measured) -> Claim:
     """The notes of a comparison of two different cells: the alignment of their final evals
     (accuracy rows) and a gradient-norm clipping gap of 5 points or more."""

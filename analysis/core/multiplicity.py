@@ -63,6 +63,8 @@ def holm_verdict(raw: str, adjusted_p: float) -> str:
 def fmt_holm(row: pd.Series) -> str:
     """'held (p 0.004, Holm 0.031 of 13 tests)', or why a row has no test."""
     verdict, tests = row["holm_verdict"], int(row["tests"])
+    if str(row.get("by_construction", "") or "") not in ("", "nan"):
+        return f"{verdict} (by construction; not among the {tests})"
     if math.isnan(row["holm_p"]):
         return f"{verdict} (no test; not among the {tests})"
     return f"{verdict} (p {fmt_p(row['p'])}, Holm {fmt_p(row['holm_p'])} of {tests} tests)"

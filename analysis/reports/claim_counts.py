@@ -13,27 +13,33 @@ import re
 import pandas as pd
 
 from analysis.claims.rules import VERDICTS
+from analysis.reports.markdown import by_construction
 
 ALL = "all"  # the label of the row that sums every suite
 HOLM = {v: f"{v} (Holm)" for v in VERDICTS}  # the counts after Holm's correction
-COLUMNS = ["label", "suite", *VERDICTS, "total", *HOLM.values()]
+BUILT = "by construction"  # rows shown but not counted: they hold by construction
+COLUMNS = ["label", "suite", *VERDICTS, "total", BUILT, *HOLM.values()]
 _HEADING = re.compile(r"^### (S\d+)\b")
 _VERDICTS_LINE = re.compile(r"^Verdicts: (.*)\.$")
 _HOLM_LINE = re.compile(r"^After Holm's correction over the \d+ tested rows: (.*)\.$")
+_BUILT = re.compile(r"(\d+) by construction")
 _COUNT = re.compile(r"(\d+) (" + "|".join(sorted(VERDICTS, key=len, reverse=True)) + ")")
 
 
 def claim_counts(claims: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
     """One row per suite (in `labels` order: suite name -> short label) and a last row
-    `all`: the number of claims of each verdict and their total."""
+    `all`: the number of claims of each verdict and their total, over the rows that are
+    evidence; the rows that hold by construction are counted apart (`by construction`)."""
     rows = []
     for suite, label in labels.items():
         part = claims[claims["suite"] == suite]
-        raw, holm = part["verdict"].value_counts(), part["holm_verdict"].value_counts()
-        rows.append({"label": label, "suite": suite,
+        built = by_construction(part)
+        evidence = part[~built]
+        raw, holm = evidence["verdict"].value_counts(), evidence["holm_verdict"].value_counts()
+        rows.append({"label": label, "suite": suite, BUILT: int(built.sum()),
                      **{v: int(raw.get(v, 0)) for v in VERDICTS},
                      **{HOLM[v]: int(holm.get(v, 0)) for v in VERDICTS}})
-    counted = [*VERDICTS, *HOLM.values()]
+    counted = [*VERDICTS, BUILT, *HOLM.values()]
     table = pd.DataFrame(rows, columns=["label", "suite", *counted])
     total = {"label": ALL, "suite": "", **{v: int(table[v].sum()) for v in counted}}
     table = pd.concat([table, pd.DataFrame([total])], ignore_index=True)
@@ -42,7 +48,8 @@ def claim_counts(claims: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
 
 
 def counts_in_report(text: str, holm: bool = False) -> dict[str, dict[str, int]]:
-    """Per suite label: {verdict: count} from REPORT.md's 'Verdicts: ...' line (with
+    """Per suite label: {verdict: count, 'by construction': count} from REPORT.md's
+    'Verdicts: ...' line (with
     `holm`: its 'After Holm's correction ...' line) under each '### S<n>' heading of the
     claims section (S1 where the report has one suite)."""
     out: dict[str, dict[str, int]] = {}
@@ -60,5 +67,7 @@ def counts_in_report(text: str, holm: bool = False) -> dict[str, dict[str, int]]
         if found and label and label not in out:
             counts = {v: 0 for v in VERDICTS}
             counts.update({v: int(n) for n, v in _COUNT.findall(found.group(1))})
+            built = _BUILT.search(found.group(1))
+            counts[BUILT] = int(built.group(1)) if built else 0
             out[label] = counts
     return out

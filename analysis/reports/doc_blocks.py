@@ -34,6 +34,7 @@ if __package__ in (None, ""):  # run as a script: make `analysis` importable fro
 from analysis.core.multiplicity import fmt_p  # noqa: E402
 from analysis.core.stats import fmt_ci  # noqa: E402
 from analysis.core.style import staleness_label  # noqa: E402
+from analysis.reports.markdown import by_construction  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- generated: (\w+) \(([^)]*)\) -->\n)(.*?)(<!-- /generated: \2 -->)",
                    re.DOTALL)
@@ -59,7 +60,9 @@ def _main_suite(report: Path) -> tuple[str, pd.Series]:
 def _counts(row: pd.Series, holm: bool) -> str:
     kinds = ["held", "not held", "not settled", "no data"]
     cols = [f"{k} (Holm)" if holm else k for k in kinds]
-    return ", ".join(f"{int(row[c])} {k}" for c, k in zip(cols, kinds, strict=True) if row[c])
+    text = ", ".join(f"{int(row[c])} {k}" for c, k in zip(cols, kinds, strict=True) if row[c])
+    built = int(row.get("by construction", 0) or 0)
+    return text + (f"; {built} by construction (shown, not counted)" if built else "")
 
 
 def claims_block(report: Path) -> str:
@@ -71,10 +74,12 @@ def claims_block(report: Path) -> str:
     holm = pd.to_numeric(main["holm_p"], errors="coerce")
     table = pd.DataFrame({
         "claim": main["claim"], "paper": main["paper"], "ours (95% interval)": main["basis"],
-        "verdict": main["verdict"],
-        "after Holm": [f"{v} (p {fmt_p(a)}, Holm {fmt_p(b)})" for v, a, b in
-                       zip(main["holm_verdict"], p, holm, strict=True)]})
-    return (f"{int(row['total'])} claims (suite S1 of the report): {_counts(row, False)}; "
+        "verdict": [f"{v} (by construction)" if b else v
+                    for v, b in zip(main["verdict"], by_construction(main), strict=True)],
+        "after Holm": ["by construction" if b else f"{v} (p {fmt_p(a)}, Holm {fmt_p(q)})"
+                       for v, a, q, b in zip(main["holm_verdict"], p, holm,
+                                             by_construction(main), strict=True)]})
+    return (f"{int(row['total'])} claims counted (suite S1 of the report): {_counts(row, False)}; "
             f"after Holm's correction over the {tests} tested rows: {_counts(row, True)}.\n\n"
             + _table(table) + "\n")
 

@@ -6,13 +6,12 @@ import pandas as pd
 
 from analysis.claims.lag import REFERENCE
 from analysis.core.final import FINAL_EVALS
-from analysis.core.multiplicity import fmt_holm
 from analysis.core.stats import fmt_ci
 from analysis.figures.contract import Drawn
 from analysis.figures.lag_common import lag_order
 from analysis.figures.lag_corrections import corrections_table
 from analysis.figures.lag_ratios import outside_clip, ratio_shares
-from analysis.reports.markdown import holm_counts, md_table, verdict_counts
+from analysis.reports.markdown import holm_counts, md_table, shown_claims, verdict_counts
 
 PILOT_FIGURE_PREFIX = "lag_pilot"  # figures of the calibration pilots, kept apart
 CELL_COLS = {
@@ -33,7 +32,8 @@ INTRO = (
     "seeds that all gave one value have no interval. `after Holm`: the verdict that survives "
     "Holm's correction over this table's tested rows (two-sided t-test p, Holm-adjusted p, "
     "number of tests); a settled verdict whose adjusted p is not below 0.05 becomes `not "
-    "settled`. The search row is a count over pooled updates (Wilson intervals), not a test."
+    "settled`. The search rows are counts over pooled updates (Wilson intervals), not tests, "
+    "and hold by construction (the search walks its grid to the end): shown, not counted."
 )
 CELLS_INTRO = (
     f"final = mean of the last {FINAL_EVALS} evals on 256 held-out problems (their steps and "
@@ -68,8 +68,7 @@ def positive_share_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
 
 
 def _claims_lines(claims: pd.DataFrame) -> list[str]:
-    shown = claims.assign(**{"after Holm": claims.apply(fmt_holm, axis=1)})[
-        ["claim", "paper", "measured", "verdict", "after Holm", "note"]]
+    shown = shown_claims(claims)[["claim", "paper", "measured", "verdict", "after Holm", "note"]]
     return [f"## Claims ({verdict_counts(claims)})", "", holm_counts(claims), "",
             md_table(shown.fillna("—")), ""]
 

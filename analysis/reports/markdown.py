@@ -8,12 +8,37 @@ import pandas as pd
 from analysis.claims.rules import VERDICTS
 from analysis.core import style
 from analysis.core.cells import experiment_order
+from analysis.core.multiplicity import fmt_holm
+
+
+def by_construction(claims: pd.DataFrame) -> pd.Series:
+    """Which rows hold by construction (shown, not counted as evidence)."""
+    if "by_construction" not in claims:
+        return pd.Series(False, index=claims.index)
+    return claims["by_construction"].fillna("").astype(str) != ""
 
 
 def verdict_counts(claims: pd.DataFrame, column: str = "verdict") -> str:
-    """'6 held, 2 not held, 7 not settled' (the kinds present, in VERDICTS order)."""
-    counts = claims[column].value_counts()
-    return ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts) or "no claims"
+    """'6 held, 2 not held, 7 not settled' (the kinds present, in VERDICTS order), over the
+    rows that are evidence; '; 2 by construction (shown, not counted)' after them."""
+    built = by_construction(claims)
+    counts = claims.loc[~built, column].value_counts()
+    text = ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts) or "no claims"
+    return text + (f"; {int(built.sum())} by construction (shown, not counted)"
+                   if built.any() else "")
+
+
+def shown_claims(claims: pd.DataFrame) -> pd.DataFrame:
+    """A claims table as REPORT.md shows it: `after Holm` in words, and a row that holds by
+    construction marked so in its verdict and explained in its note."""
+    built = by_construction(claims)
+    why = claims["by_construction"] if "by_construction" in claims else pd.Series("", claims.index)
+    out = claims.assign(**{"after Holm": claims.apply(fmt_holm, axis=1)})
+    out["verdict"] = [f"{v} (by construction)" if b else v
+                      for v, b in zip(out["verdict"], built, strict=True)]
+    out["note"] = [f"holds by construction, not counted: {w}" + (f"; {n}" if n else "")
+                   if b else n for b, w, n in zip(built, why, out["note"], strict=True)]
+    return out
 
 
 def holm_counts(claims: pd.DataFrame) -> str:

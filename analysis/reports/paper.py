@@ -44,7 +44,8 @@ def suite_tables(runs: RunSet, summary: pd.DataFrame, last_k: int) -> pd.DataFra
     coin_flips = set(random_suites(runs))
     claims = pd.concat(
         [verdicts.table(suite_claims(runs, suite, last_k) if suite in coin_flips
-                        else claims_table(summary[summary["suite"] == suite])).assign(suite=suite)
+                        else claims_table(summary[summary["suite"] == suite], runs=runs)).assign(
+                            suite=suite)
          for suite in runs.suites],
         ignore_index=True,
     )

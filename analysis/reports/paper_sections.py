@@ -9,12 +9,13 @@ import pandas as pd
 from analysis.core import style
 from analysis.core.builds import build_labels, run_meta
 from analysis.core.loader import RunSet
-from analysis.core.multiplicity import fmt_holm
 from analysis.reports import random_reward
 from analysis.reports.markdown import (
+    by_construction,
     holm_counts,
     md_table,
     order_cells,
+    shown_claims,
     shown_cols,
     suite_labels,
     verdict_counts,
@@ -91,7 +92,11 @@ VERDICT_RULE = (
     "are many tests at once, so each row also gets the verdict that survives Holm's "
     "correction over the table's tested rows (its two-sided t-test p, the Holm-adjusted p, "
     "and how many tests the table holds); a settled verdict whose adjusted p is not below "
-    "0.05 becomes `not settled`. docs/statistics.md has the details."
+    "0.05 becomes `not settled`. Each row is judged against the paper's value declared with "
+    "it (analysis/claims/paper.py): a range as the paper gives it, `~x` as [x - 0.05, x + "
+    "0.05], a comparison as the direction of a paired difference. A row that holds by "
+    "construction (its note says why) is shown with its verdict but is no evidence: it is "
+    "neither counted nor among Holm's tests. docs/statistics.md has the details."
 )
 
 
@@ -102,8 +107,9 @@ def summary_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
         return []
     labels = suite_labels(suites)
     main = claims[claims["suite"] == suites[0]]
-    table = main[["claim", "paper", "basis", "verdict"]].rename(columns={"basis": "ours"})
-    table["after Holm"] = main["holm_verdict"]
+    shown = shown_claims(main)
+    table = shown[["claim", "paper", "basis", "verdict"]].rename(columns={"basis": "ours"})
+    table["after Holm"] = main["holm_verdict"].where(~by_construction(main), "by construction")
     lines = ["## Summary", "", VERDICT_RULE, ""]
     if len(suites) > 1:
         lines += [f"Suite {labels[suites[0]]} (the suites table below names S1..S{len(suites)}): "
@@ -112,7 +118,7 @@ def summary_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
     lines += [md_table(table), ""]
     for suite in suites[1:]:
         part = claims[claims["suite"] == suite]
-        settled = part[part["verdict"].isin(["held", "not held"])]
+        settled = part[part["verdict"].isin(["held", "not held"]) & ~by_construction(part)]
         lines += [f"Suite {labels[suite]}: {verdict_counts(part)}. {holm_counts(part)}"
                   + ("" if settled.empty else " Settled: " + "; ".join(
                       f"{c} ({b}): {v}, after Holm {h}" for c, b, v, h in
@@ -155,7 +161,7 @@ def claims_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
         if (part["verdict"] == "no data").all():
             lines += ["No claim has the runs it needs in this suite.", ""]
             continue
-        shown = part.assign(**{"after Holm": part.apply(fmt_holm, axis=1)})
+        shown = shown_claims(part)
         lines += [md_table(shown[cols]), ""]
     return lines
 

@@ -44,7 +44,7 @@ def test_blocks_are_filled_from_the_reports_csvs(tmp_path):
     doc = ("intro\n<!-- generated: claims (rep) -->\nstale text\n<!-- /generated: claims -->\n"
            "<!-- generated: results (rep) -->\n<!-- /generated: results -->\nend\n")
     got = fill(doc, tmp_path)
-    assert got.startswith("intro\n<!-- generated: claims (rep) -->\n2 claims (suite S1 of the "
+    assert got.startswith("intro\n<!-- generated: claims (rep) -->\n2 claims counted (suite S1 of the "
                           "report): 1 held, 1 not settled; after Holm's correction over the 2 "
                           "tested rows: 2 not settled.\n")
     assert "stale text" not in got and got.endswith("<!-- /generated: results -->\nend\n")
