@@ -47,7 +47,7 @@ def _beats(other: str, k: int, paper: str) -> Row:
                f"paired by seed: bapo minus {other} above 0",
                (_bapo("final_sampled_acc", "bapo", k),
                 Side(Cell(other, k), "final_sampled_acc", other)), Direction(UP),
-               metric="final_sampled_acc")
+               metric="final_sampled_acc", also="final_greedy_acc")
 
 
 def _fig7(method: str, text: str, paper: str, direction: int) -> Row:
@@ -150,7 +150,8 @@ class Suite:
         return verdicts.Measured(
             frames, [values(f, side.quantity) for f, side in zip(frames, row.sides, strict=True)],
             tuple((side.name or side.cell.method).format(k=k) for side in row.sides),
-            confound="grad_clip_share")
+            confound="grad_clip_share", also=[values(f, row.also) for f in frames] if row.also
+            else [])
 
 
 def judge_row(suite: Suite, row: Row) -> Claim:

@@ -25,6 +25,8 @@ from analysis.core.search_ceiling import reach
 from analysis.core.stats import fmt_ci, fmt_wilson, mean_ci
 
 ACCURACY = ("final_sampled_acc", "final_greedy_acc")
+# How a row names its accuracy metric when it shows both (the primary one first).
+METRIC_WORDS = {"final_sampled_acc": "sampled", "final_greedy_acc": "greedy"}
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Measured:
     values: list[pd.Series]
     names: tuple[str, ...]
     confound: str | None = None  # the per-run column of the gradient-norm clipped share
+    also: list[pd.Series] = field(default_factory=list)  # each side's `row.also`, by seed
     pooled: tuple[int, int] = (0, 0)  # ShareAbove: agreeing and counted updates, pooled
     updates: pd.DataFrame = field(default_factory=pd.DataFrame)  # Reach: annotated updates
 
@@ -72,7 +75,20 @@ def judge(c: Claim, row: Row, m: Measured) -> Claim:
     if not isinstance(test, Direction):
         raise TypeError(f"{row.key}: two sides are compared by a Direction or a Match")
     out = rules.paired(c, m.values[0], m.values[1], m.names[:2], test.direction)
-    return out if out.verdict == "no data" else with_notes(out, row, m)
+    return out if out.verdict == "no data" else with_also(with_notes(out, row, m), row, m)
+
+
+def with_also(c: Claim, row: Row, m: Measured) -> Claim:
+    """Beside the primary metric's comparison (which decides), the same comparison on the
+    row's other accuracy metric: both shown, the primary first (docs/statistics.md)."""
+    if not row.also or len(m.also) != 2 or not all(len(v) for v in m.also):
+        return c
+    other = rules.paired(Claim("", "", ""), m.also[0], m.also[1], m.names[:2],
+                         row.test.direction)
+    first, second = METRIC_WORDS[row.metric], METRIC_WORDS[row.also]
+    c.measured = f"{first} (primary): {c.measured}; {second}: {other.measured}"
+    c.basis = f"{first} (primary): {c.basis}; {second}: {other.basis}"
+    return c
 
 
 def constructed(c: Claim, row: Row, conditions: frozenset[str] = frozenset(),
