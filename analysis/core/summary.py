@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.core.cells import one_update_budget
 from analysis.core.entropy_law import drift_of
-from analysis.core.final import WINDOW_COLS, final_window
+from analysis.core.final import WINDOW_COLS, final_window, updates_per_step
 from analysis.core.grad_clip import grad_clip_share
 from analysis.core.loader import RUN_COLS, RunSet
 from analysis.core.search_outcomes import searches_bounds
@@ -33,14 +34,32 @@ def _col(steps: pd.DataFrame, name: str) -> pd.Series:
     return pd.Series(np.nan, index=steps.index)
 
 
+def drift_windows(runs: RunSet, last_k: int) -> dict[str, int]:
+    """Per run: how many steps each end of its entropy drift averages. `last_k`, except in a
+    suite whose levels run one update budget in different step counts (the ramble testbed:
+    120 steps at 1x, 30 at 4x): there each end holds the same optimizer updates at every
+    level, `last_k` steps of its stalest level (5 steps x 4 updates at 4x, 20 steps at 1x),
+    so that levels are compared over equal training, not over 5 updates against 20."""
+    out: dict[str, int] = {}
+    for suite in runs.suites:
+        own = runs.select(lambda r, suite=suite: r.suite == suite)
+        budgets = {(int(r.cfg("train.steps", 0) or 0), updates_per_step(r),
+                    int(r.cfg("eval.every", 0) or 0)) for r in own}
+        window = last_k * max(updates_per_step(r) for r in own)
+        out.update({r.run_id: (window // updates_per_step(r) if one_update_budget(budgets)
+                               else last_k) for r in own})
+    return out
+
+
 def run_summary(runs: RunSet, last_k: int = 5) -> pd.DataFrame:
     """Per run: final accuracy (mean of the last three evals, analysis/core/final.py, with where
     they fall), final reward (mean of last k steps), entropy drift (mean of
-    the last k steps minus the first k: negative = fell), the share of updates whose
+    the last window minus the first, `drift_windows`: negative = fell), the share of updates whose
     gradient norm was clipped, and step-means of clip fractions, bounds and rho."""
     steps = runs.steps.sort_values(["run_id", "step"])
     if steps.empty:
         return pd.DataFrame(columns=RUN_COLS)
+    windows = drift_windows(runs, last_k)
     g = steps.assign(
         reward=_col(steps, "reward_mean"),
         entropy=_col(steps, "entropy_mean"),
@@ -50,7 +69,7 @@ def run_summary(runs: RunSet, last_k: int = 5) -> pd.DataFrame:
     out = pd.DataFrame(
         {
             "final_reward": tail["reward"].mean(),
-            "entropy_drift": g["entropy"].apply(lambda e: drift_of(e, last_k)),
+            "entropy_drift": g["entropy"].apply(lambda e: drift_of(e, windows.get(e.name, last_k))),
             **{k: g[k].mean() for k in MEAN_OVER_STEPS},
         }
     )

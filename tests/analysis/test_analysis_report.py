@@ -284,3 +284,24 @@ def test_rows_that_hold_by_construction_are_shown_but_neither_counted_nor_tested
     assert shown.loc[1, "after Holm"] == "held (by construction; not among the 2)"
     counts = claim_counts(t.assign(suite="s"), {"s": "S1"}).set_index("label")
     assert counts.loc["S1", ["held", "not held", "total", "by construction"]].tolist() == [1, 1, 2, 1]
+
+
+def test_entropy_drift_windows_hold_equal_updates_where_levels_share_an_update_budget(
+        tmp_path, write_run):
+    from analysis.core.loader import load_runs
+    from analysis.core.summary import drift_windows
+
+    # one update budget: 8 steps at 1x, 4 at 2x (8 updates each): one suite
+    for seed in (0, 1):
+        write_run(tmp_path, "ppo", 1, seed, steps=8)
+        write_run(tmp_path, "ppo", 2, seed, steps=4)
+    runs = load_runs([tmp_path])
+    assert len(runs.suites) == 1
+    # last_k = 2 steps of the stalest level = 4 updates: 4 steps at 1x, 2 at 2x
+    assert {r.staleness: drift_windows(runs, 2)[r.run_id] for r in runs.runs} == {1: 4, 2: 2}
+    s = run_summary(runs, last_k=2).set_index(["staleness", "seed"])
+    for r in runs.runs:
+        e = runs.steps[runs.steps["run_id"] == r.run_id].sort_values("step")["entropy_mean"]
+        k = 4 if r.staleness == 1 else 2
+        assert s.loc[(r.staleness, r.seed), "entropy_drift"] == pytest.approx(
+            e.tail(k).mean() - e.head(k).mean())
