@@ -114,10 +114,27 @@ def with_notes(c: Claim, row: Row, m: Measured) -> Claim:
     notes = []
     if row.sides[0].quantity in ACCURACY:
         notes.append(alignment_note(a, b, m.names[:2]))
+        notes += [learning_note(f, name, row.sides[0].quantity)
+                  for f, name in zip(m.frames[:2], m.names[:2], strict=True)]
     if m.confound and m.confound in a and m.confound in b:
         notes.append(confound_note(_by_seed(a, m.confound), _by_seed(b, m.confound),
                                    m.names[:2]))
     return add_note(c, *notes)
+
+
+def learning_note(cell: pd.DataFrame, name: str, metric: str) -> str:
+    """'bapo does not learn here: sampled gain over its warm start +0.001 ± 0.027 (n=8)'
+    when the cell's final accuracy does not lie wholly above its step-0 eval (the 95%
+    interval of the per-run gain reaches 0): a comparison of methods that do not learn
+    says how they lose, not what they gain. '' when it learns, or has no interval."""
+    gain = metric.replace("final_", "gain_")
+    if gain not in cell:
+        return ""
+    m, low, high, n = mean_ci(cell[gain])
+    if n < 2 or math.isnan(low) or low > 0:
+        return ""
+    return (f"{name} does not learn here: {METRIC_WORDS[metric]} gain over its warm start "
+            f"{fmt_ci(m, low, high, n).replace(f'{m:.3f}', f'{m:+.3f}', 1)}")
 
 
 def add_note(c: Claim, *texts: str) -> Claim:

@@ -55,7 +55,8 @@ def run_summary(runs: RunSet, last_k: int = 5) -> pd.DataFrame:
     """Per run: final accuracy (mean of the last three evals, analysis/core/final.py, with where
     they fall), final reward (mean of last k steps), entropy drift (mean of
     the last window minus the first, `drift_windows`: negative = fell), the share of updates whose
-    gradient norm was clipped, and step-means of clip fractions, bounds and rho."""
+    gradient norm was clipped, step-means of clip fractions, bounds and rho, and the gain of
+    final accuracy over the run's step-0 eval (`with_gains`)."""
     steps = runs.steps.sort_values(["run_id", "step"])
     if steps.empty:
         return pd.DataFrame(columns=RUN_COLS)
@@ -88,4 +89,15 @@ def run_summary(runs: RunSet, last_k: int = 5) -> pd.DataFrame:
         *((c, c) for c in WINDOW_COLS),
     ):
         out[dst] = out["run_id"].map(fe[src]) if src in fe.columns else np.nan
+    return with_gains(out, runs)
+
+
+def with_gains(out: pd.DataFrame, runs: RunSet) -> pd.DataFrame:
+    """`gain_sampled_acc`, `gain_greedy_acc`: each run's final accuracy minus its own eval at
+    step 0 (the warm start, before any update): whether the run learned at all."""
+    ev = runs.evals
+    for metric, col in (("sampled_accuracy", "sampled_acc"), ("greedy_accuracy", "greedy_acc")):
+        start = (ev[ev["step"] == 0].groupby("run_id", observed=True)[metric].first()
+                 if not ev.empty and metric in ev else pd.Series(dtype=float))
+        out[f"gain_{col}"] = out[f"final_{col}"] - out["run_id"].map(start).astype(float)
     return out

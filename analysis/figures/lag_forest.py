@@ -7,11 +7,14 @@ import numpy as np
 import pandas as pd
 
 from analysis.core import style
+from analysis.core.grad_clip import confound_note
+from analysis.core.multiplicity import holm
 from analysis.core.runs import RunSet
-from analysis.core.stats import mean_ci
+from analysis.core.stats import mean_ci, two_sided_p
 from analysis.figures.contract import FigureResult, Options, require, save
 from analysis.figures.lag_common import FINAL_EVALS, REFERENCE, lag_order, summary
 
+CLIPPED = "steady_grad_clipped"  # the share of steady updates whose gradient norm was clipped
 FOREST_METRICS = {
     "final_greedy_acc": f"final greedy accuracy (last {FINAL_EVALS} evals)",
     "final_sampled_acc": f"final sampled accuracy (last {FINAL_EVALS} evals)",
@@ -21,20 +24,28 @@ FOREST_METRICS = {
 
 def paired_rows(summary: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
     """Per (lag, method != reference, metric): the per-seed differences method - reference
-    over the seeds both ran, their mean and 95% t-interval."""
+    over the seeds both ran, their mean and 95% t-interval, the two-sided p of the paired
+    t-test and its Holm-adjusted p over every row of the table (descriptive rows, many at
+    once), and a note where gradient-norm clipping binds 5 points more often on one side."""
     rows = []
     for lag, g in summary.groupby("lag", sort=False):
         ref = g[g["method"] == reference].set_index("seed")
         for method, m in g[g["method"] != reference].groupby("method"):
             m = m.set_index("seed")
+            common = m.index.intersection(ref.index)
+            note = (confound_note(m.loc[common, CLIPPED], ref.loc[common, CLIPPED],
+                                  (method, reference)) if CLIPPED in g else "")
             for metric in FOREST_METRICS:
-                common = m.index.intersection(ref.index)
                 d = (m.loc[common, metric] - ref.loc[common, metric]).dropna()
                 mean, lo, hi, n = mean_ci(d)
                 rows.append({"lag": lag, "lag_low": g["lag_low"].iloc[0], "method": method,
                              "metric": metric, "mean": mean, "low": lo, "high": hi, "n": n,
-                             "per_seed": [round(float(x), 4) for x in d]})
-    return pd.DataFrame(rows)
+                             "per_seed": [round(float(x), 4) for x in d],
+                             "p": two_sided_p(d), "note": note})
+    out = pd.DataFrame(rows)
+    if not out.empty:
+        out.insert(out.columns.get_loc("note"), "holm_p", holm(out["p"].tolist()))
+    return out
 
 
 def fig_lag_forest(summary: pd.DataFrame, opts: Options, note: str = "") -> FigureResult:

@@ -6,16 +6,19 @@ import pandas as pd
 
 from analysis.claims.lag import REFERENCE
 from analysis.core.final import FINAL_EVALS
-from analysis.core.stats import fmt_ci
+from analysis.core.multiplicity import fmt_p
+from analysis.core.stats import fmt_ci, fmt_half
 from analysis.figures.contract import Drawn
 from analysis.figures.lag_common import lag_order
 from analysis.figures.lag_corrections import corrections_table
+from analysis.figures.lag_forest import paired_rows
 from analysis.figures.lag_ratios import outside_clip, ratio_shares
 from analysis.reports.markdown import holm_counts, md_table, shown_claims, verdict_counts
 
 PILOT_FIGURE_PREFIX = "lag_pilot"  # figures of the calibration pilots, kept apart
 CELL_COLS = {
     "final_greedy_acc": "final greedy", "final_sampled_acc": "final sampled",
+    "gain_greedy_acc": "greedy − step 0", "gain_sampled_acc": "sampled − step 0",
     "entropy_drift": "entropy drift", "steady_clip_frac": "clip frac",
     "steady_abs_log_r": "mean abs log r", "steady_rho_before": "rho before search",
     "steady_grad_clipped": "grad-norm clipped",
@@ -38,10 +41,12 @@ INTRO = (
 CELLS_INTRO = (
     f"final = mean of the last {FINAL_EVALS} evals on 256 held-out problems (their steps and "
     "optimizer updates in the second column: a delay queue's warm-up steps count, so lags "
-    "differ in updates at equal steps on their own rollouts); entropy drift = mean of the "
-    "last 5 steps minus the first 5 (negative: fell); clip frac, mean abs log r, rho before "
-    "search and grad-norm clipped over the steady updates; lengths in tokens of the "
-    "responses with positive and negative advantage."
+    "differ in updates at equal steps on their own rollouts); `− step 0`: final minus the "
+    "run's own eval at step 0, before any update (a cell whose gain is near 0 has not "
+    "learned: its comparisons say how methods lose, not what they gain); entropy drift = "
+    "mean of the last 5 steps minus the first 5 (negative: fell); clip frac, mean abs log r, "
+    "rho before search and grad-norm clipped over the steady updates; lengths in tokens of "
+    "the responses with positive and negative advantage."
 )
 
 
@@ -71,6 +76,36 @@ def _claims_lines(claims: pd.DataFrame) -> list[str]:
     shown = shown_claims(claims)[["claim", "paper", "measured", "verdict", "after Holm", "note"]]
     return [f"## Claims ({verdict_counts(claims)})", "", holm_counts(claims), "",
             md_table(shown.fillna("—")), ""]
+
+
+def _paired_lines(s: pd.DataFrame) -> list[str]:
+    """Every method against the reference at each lag, paired by seed (the lag_forest
+    figure's rows, lag_paired.csv): descriptive rows, many at once, so each with its paired
+    t-test's p and the Holm-adjusted p over all of them."""
+    d = paired_rows(s[s["anchor"] == "coupled"])
+    if d.empty or not (d["n"] > 0).any():
+        return []
+    d = d.sort_values("lag_low", kind="stable")
+    words = {"final_greedy_acc": "final greedy", "final_sampled_acc": "final sampled",
+             "entropy_drift": "entropy drift"}
+    rows = [{"lag": r.lag, "method": r.method, "metric": words.get(r.metric, r.metric),
+             f"method − {REFERENCE}": _paired_text(r), "p": fmt_p(r.p),
+             "Holm p": fmt_p(r.holm_p),
+             "interval excludes 0 after Holm": "yes" if r.holm_p < 0.05 else "no",
+             "note": r.note or ""} for r in d.itertuples(index=False)]
+    return [f"## Every method against {REFERENCE}, paired by seed", "",
+            "Not claim rows: the paired differences the forest figure draws (lag_paired.csv), "
+            f"{len(d)} at once, so each has its paired t-test's p and the Holm-adjusted p over "
+            "all of them; the note names a gradient-norm clipping gap of 5 points or more "
+            "(steady updates).", "", md_table(pd.DataFrame(rows)), ""]
+
+
+def _paired_text(r) -> str:
+    if not r.n:
+        return "—"
+    above = sum(x > 0 for x in r.per_seed)
+    half = "" if r.low != r.low else f" ± {fmt_half((r.high - r.low) / 2)}"
+    return f"{r.mean:+.3f}{half} (n={r.n}; {above} of {r.n} seeds > 0)"
 
 
 def _variant_lines(variants: pd.DataFrame) -> list[str]:
@@ -135,7 +170,7 @@ def markdown(s: pd.DataFrame, claims: pd.DataFrame, drawn: Drawn, warm: str,
         *_claims_lines(claims),
         "## Cells (mean over seeds)", "", CELLS_INTRO, "",
         md_table(cell_table(s).astype(object).fillna("—")), "",
-        *_variant_lines(variants), *_ratio_lines(ref_updates), *_anchor_lines(s),
+        *_paired_lines(s), *_variant_lines(variants), *_ratio_lines(ref_updates), *_anchor_lines(s),
         *_figure_lines(drawn),
     ]
     return "\n".join(lines) + "\n"

@@ -32,7 +32,13 @@ from analysis.reports.paper_sections import (
     suites_lines,
     summary_lines,
 )
-from analysis.reports.paper_tables import CELL_COLS, results_markdown, results_table, runs_markdown
+from analysis.reports.paper_tables import (
+    CELL_COLS,
+    learning_table,
+    results_markdown,
+    results_table,
+    runs_markdown,
+)
 from analysis.reports.run_index import run_index
 
 __all__ = ["CELL_COLS", "SuiteFigures", "write_report"]
@@ -95,6 +101,20 @@ def _results_lines(results: pd.DataFrame, suites: list[str], last_k: int) -> lis
     ]
 
 
+def _learning_lines(runs: RunSet, summary: pd.DataFrame, suites: list[str]) -> list[str]:
+    """Whether each cell learns: none for suites of coin-flip rewards (nothing to learn)."""
+    coin_flips = set(random_suites(runs))
+    table = learning_table(summary[~summary["suite"].isin(coin_flips)], suites)
+    if table.empty or len(table.columns) <= 3:
+        return []
+    return ["## Learning: final accuracy minus the warm start", "",
+            "Per run, final accuracy (the mean of its last evals, as above) minus its own eval "
+            "at step 0, before any update; mean ± 95% Student-t half-width over seeds, and the "
+            "seeds above 0. A cell whose interval reaches 0 has not been shown to learn: "
+            "comparisons of such cells say how methods lose, not what they gain, and their "
+            "claim rows say so in their notes.", "", md_table(table), ""]
+
+
 def write_report(
     runs: RunSet,
     summary: pd.DataFrame,
@@ -115,7 +135,7 @@ def write_report(
         *_intro(runs, roots), *build_lines(runs), *summary_lines(claims, suites),
         *suites_lines(runs, claims, suites),
         "## Runs (one row per cell)", "", md_table(runs_markdown(summary, suites)), "",
-        *_results_lines(results, suites, last_k),
+        *_results_lines(results, suites, last_k), *_learning_lines(runs, summary, suites),
         *apart_lines(apart, suites), *random_reward_lines(runs, summary, last_k),
         *claims_lines(claims, suites), *search_lines(search, suites), *figure_lines(runs, figures),
         "## Data problems", "", *([f"- {m}" for m in runs.messages] or ["none"]), "",

@@ -76,3 +76,22 @@ def runs_markdown(summary: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
                                                     "final evals at steps"]), suites)
     table["staleness"] = table["staleness"].map(style.staleness_label)
     return shown_cols(table, suites)
+
+
+def learning_table(summary: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """One row per cell: each accuracy's final minus the run's step-0 eval (the warm start),
+    mean ± 95% t half-width over seeds and the seeds above 0: does the cell learn at all?"""
+    rows = []
+    for key, g in summary.groupby(CELL_COLS, sort=False):
+        row = dict(zip(CELL_COLS, key, strict=True))
+        for col, word in (("gain_sampled_acc", "sampled"), ("gain_greedy_acc", "greedy")):
+            if col in g:
+                gain = g[col].dropna()
+                row[f"{word}: final − step 0"] = (f"{fmt_ci(*mean_ci(gain))} "
+                                                  f"({int((gain > 0).sum())} of {len(gain)} > 0)")
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame()
+    table = order_cells(pd.DataFrame(rows), suites)
+    table["staleness"] = table["staleness"].map(style.staleness_label)
+    return shown_cols(table, suites)

@@ -305,3 +305,21 @@ def test_entropy_drift_windows_hold_equal_updates_where_levels_share_an_update_b
         k = 4 if r.staleness == 1 else 2
         assert s.loc[(r.staleness, r.seed), "entropy_drift"] == pytest.approx(
             e.tail(k).mean() - e.head(k).mean())
+
+
+def test_learning_is_each_runs_final_minus_its_own_step_0(sweep, runset, tmp_path):
+    from analysis.reports.paper_tables import learning_table
+
+    _, written = sweep
+    s = run_summary(runset)
+    for (method, k, seed), syn in written.items():
+        evals = [e for e in syn.evals if e["step"] > 0][-3:]
+        final = sum(e["sampled_accuracy"] for e in evals) / len(evals)
+        start = next(e for e in syn.evals if e["step"] == 0)["sampled_accuracy"]
+        got = s[(s["method"] == method) & (s["staleness"] == k) & (s["seed"] == seed)]
+        assert got["gain_sampled_acc"].iat[0] == pytest.approx(final - start)
+    table = learning_table(s, runset.suites).set_index(["method", "staleness"])
+    gains = s[(s["method"] == "bapo") & (s["staleness"] == 4)]["gain_greedy_acc"]
+    m, half = gains.mean(), 12.706 * gains.std(ddof=1) / math.sqrt(2)
+    assert table.loc[("bapo", "4x"), "greedy: final − step 0"] == (
+        f"{m:.3f} ± {half:.3f} (n=2) ({int((gains > 0).sum())} of 2 > 0)")

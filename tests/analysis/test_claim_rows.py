@@ -76,3 +76,17 @@ def test_both_metrics_are_shown_primary_first_and_the_primary_decides():
     assert c["basis"].startswith("sampled (primary): bapo − ppo +0.100 ± 0.025 (n=3; 3 of 3")
     assert "; greedy: bapo − ppo +0.000 ± 0.050 (n=3; 1 of 3 seeds > 0)" in c["basis"]
     assert c["measured"].startswith("sampled (primary): bapo 0.500")
+
+
+def test_a_comparison_says_which_of_its_cells_does_not_learn():
+    # bapo's gains over step 0: -0.01, +0.01, 0.00 (interval reaches 0); ppo's +0.20, +0.21,
+    # +0.19 (wholly above 0): the row names bapo, not ppo
+    s = _cells([("bapo", 4, i, 0.40, 0.30) for i in range(3)]
+               + [("ppo", 4, i, 0.40 - 0.01 * i, 0.30) for i in range(3)])
+    s["gain_sampled_acc"] = [-0.01, 0.01, 0.00, 0.20, 0.21, 0.19]
+    row = next(r for r in paper.ROWS if r.key == "bapo_beats_ppo_4x")
+    note = paper.claims_table(s, (row,)).iloc[0]["note"]
+    half = 4.303 * 0.01 / 3 ** 0.5  # sd 0.01 over three seeds
+    assert f"bapo does not learn here: sampled gain over its warm start +0.000 ± {half:.3f} " \
+           "(n=3)" in note
+    assert "ppo does not learn" not in note

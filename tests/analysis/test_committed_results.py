@@ -53,7 +53,7 @@ def test_committed_testbed_lag_report_regenerates_from_committed_results(tmp_pat
     # the roots the committed report was drawn from (experiments/testbed_lags/README.md): a
     # lag joins when its 8 seeds are in, so a lag still running stays out of the report
     roots = ["experiments/testbed_lags/ramble_delay_4", "experiments/testbed_lags/ramble_delay_16",
-             "experiments/testbed_grid/ramble_1x"]
+             "experiments/testbed_grid/ramble_1x", "experiments/testbed_grid/ramble_4x/ppo"]
     title = (figures / "REPORT.md").read_text().splitlines()[0].removeprefix("# ")
     monkeypatch.chdir(ROOT)
     code = lag_report.main(["--runs", *roots, "--out", str(tmp_path), "--title", title])

@@ -231,6 +231,23 @@ def test_paired_rows_are_per_seed_differences_with_a_t_interval():
     # the t table has 3 decimals (4.303)
     assert row["high"] - row["mean"] == pytest.approx(T975_2 * sd / np.sqrt(3), rel=2e-4)
     assert row["per_seed"] == pytest.approx(list(diffs))
+    # its paired t-test: t = 0.11 / (0.01 / sqrt 3) = 19.05 on 2 df; P(|T| > t) = 1 - t /
+    # sqrt(t^2 + 2) for 2 df (closed form): 0.00274
+    t = 0.11 / (sd / np.sqrt(3))
+    assert row["p"] == pytest.approx(1 - t / np.sqrt(t * t + 2), rel=1e-6)
+    # Holm over the table's rows: bapo's three rows and clip_higher's (whose accuracy rows
+    # are exactly 0 on every seed: no spread, no test); the entropy rows differ by a constant
+    # +0.01: no spread either. One tested row: its adjusted p is its own.
+    assert d["p"].notna().sum() == 2 and row["holm_p"] == pytest.approx(2 * row["p"])
+
+
+def test_paired_rows_name_a_gradient_clipping_gap():
+    s = _summary((0.10, 0.12, 0.11)).assign(steady_grad_clipped=0.10)
+    s.loc[s["method"] == "bapo", "steady_grad_clipped"] = 0.02
+    d = paired_rows(s).set_index(["method", "metric"])
+    assert d.loc[("bapo", "final_greedy_acc"), "note"] == (
+        "confound: gradient-norm clipping binds on 2% (bapo) vs 10% (ppo) of updates")
+    assert d.loc[("clip_higher", "final_greedy_acc"), "note"] == ""
 
 
 def test_claim_verdicts_follow_the_paired_interval():
