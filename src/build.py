@@ -68,14 +68,22 @@ def prompt_formatter(cfg: Config, tokenizer):
         [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
 
 
+VLLM_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # rollout.precision -> vLLM's dtype
+
+
 def build_backend(cfg: Config, model, tokenizer):
+    """The rollout backend in `rollout.precision`: the HF backend holds its own copy of the
+    weights in it; vLLM takes it as its dtype (fp32: `rollout.params.dtype`, auto)."""
     if cfg.rollout.backend == "hf":
         from src.rollout.hf import HFRollout
 
-        return HFRollout(model, tokenizer, **dict(cfg.rollout.params))
+        return HFRollout(model, tokenizer, precision=cfg.rollout.precision, **dict(cfg.rollout.params))
     from src.rollout.vllm import VLLMRollout  # GPU path; imported only when chosen
 
-    return VLLMRollout(model, tokenizer, model_path=cfg.model.path, **dict(cfg.rollout.params))
+    params = dict(cfg.rollout.params)
+    if cfg.rollout.precision in VLLM_DTYPES:
+        params["dtype"] = VLLM_DTYPES[cfg.rollout.precision]
+    return VLLMRollout(model, tokenizer, model_path=cfg.model.path, **params)
 
 
 def build_optimizer(cfg: Config, model):
@@ -94,6 +102,9 @@ def build_optimizer(cfg: Config, model):
 
 def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=None):
     """Held-out greedy and sampled accuracy; sampling is seeded, so evals are repeatable.
+    Sampled evals run at `eval.temperature`, whatever the rollout's, so that runs at
+    different rollout temperatures are measured alike; they score the trainer's weights in
+    its own precision (`rollout.precision` is the rollout engine's, not the policy's).
 
     With a non-HF rollout backend (`rollout.backend=vllm`) passed as `backend`, the evals
     generate with it (greedy: temperature 0), after pushing the current weights; otherwise,
@@ -110,14 +121,14 @@ def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=
             backend.sync_weights(model)
             roll = backend.generate(prompts, num_samples=samples,
                                     max_new_tokens=cfg.rollout.max_new_tokens,
-                                    temperature=0.0 if greedy else cfg.rollout.temperature,
+                                    temperature=0.0 if greedy else cfg.eval.temperature,
                                     top_p=1.0, seed=cfg.seed + 12_345)
             return list(zip(roll.group_ids.tolist(), roll.texts, strict=True))
         from src.models.sampling import generate
 
         gens = generate(model, tokenizer, prompts, num_samples=samples,
                         max_new_tokens=cfg.rollout.max_new_tokens,
-                        temperature=cfg.rollout.temperature, greedy=greedy,
+                        temperature=cfg.eval.temperature, greedy=greedy,
                         seed=cfg.seed + 12_345, progress=label)
         return [(g.prompt_index, g.text) for g in gens]
 

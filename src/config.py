@@ -36,6 +36,7 @@ from src.config_fields import (
     setting,
 )
 from src.model_dtypes import MODEL_DTYPES
+from src.rollout.sampler_precision import PRECISIONS
 from src.run_vocab import SHARED_METHOD_KEYS
 from src.schedule.anchors import ANCHORS, WEIGHT_RULES
 from src.schedule.sources import SOURCES, checked_params, offpolicy_fields
@@ -128,8 +129,14 @@ class TaskConfig:
 class RolloutConfig:
     backend: str = setting("hf", "hf | vllm", one_of(("hf", "vllm"), "hf or vllm"))
     max_new_tokens: int = setting(64, "longest response, in tokens", at_least(1))
-    temperature: float = setting(1.0, "sampling temperature", above(0))
+    # Every scoring pass of the trainer (behaviour, old log-probs, loss) scores logits / T at
+    # this temperature, so any T > 0 is consistent (src/policy.py); evals use eval.temperature.
+    temperature: float = setting(1.0, "sampling temperature; the trainer scores logits / T too",
+                                 finite_above(0))
     top_p: float = setting(1.0, "nucleus sampling mass", in_half_open_unit())
+    precision: str = setting("fp32", "the sampler's weights: fp32 (the trainer's own model) | bf16 "
+                             "| fp16 | int8 (W8A8 dynamic, as a quantized engine; "
+                             "src/rollout/sampler_precision.py)", one_of(PRECISIONS))
     params: dict[str, Any] = setting({}, "backend-specific")
 
 
@@ -227,6 +234,31 @@ class EvalConfig:
     greedy: bool = setting(True, "greedy accuracy")
     sampled: bool = setting(True, "sampled accuracy")
     samples: int = setting(4, "sampled responses per held-out problem", at_least(1))
+    temperature: float = setting(1.0, "sampled evals' temperature, whatever rollout.temperature is",
+                                 finite_above(0))
+
+
+@dataclass
+class CorrectionConfig:
+    """The training-inference mismatch correction, in verl's keys (src/corrections/,
+    docs/mismatch.md). Off by default: no weight, no mask, the behaviour pass as old policy;
+    the mismatch diagnostics are logged either way."""
+
+    name: str = setting("none", "label of the correction (its conf/correction/ preset)")
+    rollout_is: str | None = setting(None, "null | token | sequence: the IS weight pi_old / mu per "
+                                     "token, or per response (product of its tokens' ratios)")
+    rollout_is_threshold: Any = setting(2.0, "IS: a number truncates the weight there (TIS); a "
+                                        "'lo_hi' string zeroes it outside [lo, hi] (TRL's *_mask, "
+                                        "IcePop)")
+    rollout_is_batch_normalize: bool = setting(False, "IS: weights normalised to mean 1 over the "
+                                               "step's training batch")
+    rollout_rs: str | None = setting(None, "rejection: a comma list of token_k1..3, seq_sum_k1..3, "
+                                     "seq_mean_k1..3 (seq_mean_k1: Geo-RS), seq_max_k2..3; "
+                                     "rejected tokens leave the loss")
+    rollout_rs_threshold: Any = setting(None, "rejection: one threshold, or one per option; k1 "
+                                        "options bound the ratio ('lo_hi', or u for [1/u, u])")
+    bypass_mode: bool = setting(False, "true: the ratio is taken against the sampler's log-probs "
+                                "(no behaviour pass as old policy; verl's bypass, ppo_clip)")
 
 
 @dataclass
@@ -267,6 +299,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     offpolicy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
@@ -443,7 +476,45 @@ def validate(cfg: DictConfig | dict) -> Config:
     _check_train(config.train)
     checked_params(config.offpolicy, config)  # the source's own keys and checks
     _check_rest(config)
+    _check_rollout(config)
     return config
+
+
+def _check_rollout(c: Config) -> None:
+    """The sampler's precision on this backend and device, and the correction's keys."""
+    from src.corrections import build_correction
+
+    precision = c.rollout.precision
+    if c.rollout.backend == "vllm":
+        _require(precision != "int8", "rollout.precision",
+                 "=int8 is the hf backend's W8A8 sampler; vLLM needs a quantized checkpoint "
+                 "(rollout.params.engine_kwargs.quantization) instead")
+        dtype = dict(c.rollout.params).get("dtype", "auto")
+        _require(precision == "fp32" or dtype == "auto", "rollout.params.dtype",
+                 f"={dtype} and rollout.precision={precision} both set the engine's dtype; "
+                 "keep one (rollout.params.dtype=auto)")
+    elif precision != "fp32":
+        from src.build import pick_device
+        from src.rollout.sampler_precision import runs_on
+
+        try:
+            problem = runs_on(pick_device(c.device), precision)
+        except RuntimeError as e:
+            problem = str(e)
+        _require(problem is None, "rollout.precision", f"={precision}: {problem}")
+    try:
+        correction = build_correction(c.correction)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    _require(not correction.bypass_mode or c.offpolicy.anchor == "coupled", "correction.bypass_mode",
+             f"=true takes the ratio against the sampler, which replaces the anchor; it needs "
+             f"offpolicy.anchor=coupled, got {c.offpolicy.anchor}")
+    if correction.active:
+        from src.schedule.sources import SOURCES
+
+        _require(SOURCES[c.offpolicy.source].sampler_logprobs, "correction",
+                 f"needs the sampler's log-probs, which offpolicy.source={c.offpolicy.source} "
+                 "does not keep; use correction=none")
 
 
 def to_container(config: Config) -> dict:

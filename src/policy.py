@@ -6,6 +6,12 @@ autograd function that works through the positions in chunks: the forward upcast
 chunk at a time to fp32 (log-sum-exp and, without grad, the entropy), and the backward
 recomputes the softmax chunk by chunk. Only the model's own logits (in the model's dtype)
 are kept for the backward, instead of an fp32 copy plus a log-softmax output.
+
+Temperature: the rollout samples from `softmax(logits / T)` (`rollout.temperature`), so the
+behaviour pass, the old log-probs and the loss score that distribution, as verl and TRL
+do (`logits.div_(temperature)` before the log-softmax): `temperature` divides each chunk's
+upcast logits, and the backward carries its 1/T. At T = 1 nothing is divided, so the
+numbers are today's bit for bit.
 """
 
 from __future__ import annotations
@@ -25,19 +31,26 @@ from src.rollout import Rollout
 _CHUNK_ELEMENTS = 2**26
 
 
+def _scaled(logits: Tensor, dtype: torch.dtype, temperature: float) -> Tensor:
+    """`logits` upcast to `dtype`, divided by `temperature` (not at all at 1.0)."""
+    up = logits.to(dtype)
+    return up if temperature == 1.0 else up / temperature
+
+
 class _SampledLogProb(torch.autograd.Function):
-    """logp[n] = logits[n, target[n]] - logsumexp(logits[n]), for logits [N, V], computed
-    in fp32 (fp64 for fp64 logits) one chunk of `chunk` positions at a time."""
+    """logp[n] = z[n, target[n]] - logsumexp(z[n]), z = logits / T, for logits [N, V],
+    computed in fp32 (fp64 for fp64 logits) one chunk of `chunk` positions at a time."""
 
     @staticmethod
-    def forward(ctx, logits: Tensor, targets: Tensor, chunk: int) -> Tensor:
+    def forward(ctx, logits: Tensor, targets: Tensor, chunk: int, temperature: float) -> Tensor:
         dtype = torch.promote_types(logits.dtype, torch.float32)
         lse = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
         for start in range(0, logits.shape[0], chunk):
-            lse[start:start + chunk] = torch.logsumexp(logits[start:start + chunk].to(dtype), dim=-1)
-        picked = logits.gather(-1, targets[:, None])[:, 0].to(dtype)
+            lse[start:start + chunk] = torch.logsumexp(
+                _scaled(logits[start:start + chunk], dtype, temperature), dim=-1)
+        picked = _scaled(logits.gather(-1, targets[:, None])[:, 0], dtype, temperature)
         ctx.save_for_backward(logits, targets, lse)
-        ctx.chunk = chunk
+        ctx.chunk, ctx.temperature = chunk, temperature
         return picked - lse
 
     @staticmethod
@@ -45,33 +58,38 @@ class _SampledLogProb(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         logits, targets, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
-        g = grad_out.to(lse.dtype)
+        t = ctx.temperature
+        # d logp / d logits = (onehot(target) - softmax(logits / T)) / T
+        g = grad_out.to(lse.dtype) if t == 1.0 else grad_out.to(lse.dtype) / t
         for start in range(0, logits.shape[0], ctx.chunk):
             end = start + ctx.chunk
-            # d logp / d logits = onehot(target) - softmax
-            part = (logits[start:end].to(lse.dtype) - lse[start:end, None]).exp_().mul_(-g[start:end, None])
-            part.scatter_add_(-1, targets[start:end, None], g[start:end, None])
+            part = (_scaled(logits[start:end], lse.dtype, t) - lse[start:end, None]).exp_()
+            part.mul_(-g[start:end, None]).scatter_add_(-1, targets[start:end, None], g[start:end, None])
             grad[start:end] = part
-        return grad, None, None
+        return grad, None, None, None
 
 
 def sampled_logprobs(logits: Tensor, targets: Tensor, *, with_entropy: bool = True,
-                     chunk_elements: int = _CHUNK_ELEMENTS) -> tuple[Tensor, Tensor | None]:
-    """(logp, entropy) of `targets` [...] under `logits` [..., V], both fp32 [...] (logp is
-    fp64 for fp64 logits).
+                     chunk_elements: int = _CHUNK_ELEMENTS, temperature: float = 1.0
+                     ) -> tuple[Tensor, Tensor | None]:
+    """(logp, entropy) of `targets` [...] under `softmax(logits / temperature)` [..., V],
+    both fp32 [...] (logp is fp64 for fp64 logits).
 
-    Same values as `log_softmax(logits.float()).gather(...)` and `token_entropy` up to
+    Same values as `log_softmax(logits.float() / T).gather(...)` and `token_entropy` up to
     rounding; no full-size fp32 copy of the logits outlives a chunk. The entropy is detached.
     """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
     shape, vocab = targets.shape, logits.shape[-1]
     flat = logits.reshape(-1, vocab)
     index = targets.reshape(-1).to(logits.device)
     chunk = max(1, chunk_elements // vocab)
-    logp = _SampledLogProb.apply(flat, index, chunk).view(shape)
+    logp = _SampledLogProb.apply(flat, index, chunk, float(temperature)).view(shape)
     if not with_entropy:
         return logp, None
     with torch.no_grad():
-        entropy = torch.cat([token_entropy(flat[s:s + chunk]) for s in range(0, flat.shape[0], chunk)])
+        entropy = torch.cat([token_entropy(_scaled(flat[s:s + chunk], torch.float32, temperature))
+                             for s in range(0, flat.shape[0], chunk)])
     return logp, entropy.view(shape)
 
 
@@ -87,10 +105,11 @@ def _keeps_logits(model_type: type) -> bool:
         return False
 
 
-def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: bool = True
-                      ) -> tuple[Tensor, Tensor | None]:
+def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: bool = True,
+                      temperature: float = 1.0) -> tuple[Tensor, Tensor | None]:
     """logp [B, T] of the sampled response tokens and entropy [B, T] of the full
-    next-token distribution at each response position.
+    next-token distribution at each response position, both of `softmax(logits / temperature)`
+    (the rollout's sampling distribution).
 
     Position ids follow the attention mask, as in HF generate with left padding, so the
     trainer scores exactly the context the sampler saw. The LM head runs on the response
@@ -109,5 +128,6 @@ def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: b
     # with logits_to_keep that is the whole, contiguous output, so nothing is copied.
     logits = logits[:, -(t_len + 1):]
     targets = torch.nn.functional.pad(batch.response_ids.to(device), (0, 1))
-    logp, entropy = sampled_logprobs(logits, targets, with_entropy=with_entropy)
+    logp, entropy = sampled_logprobs(logits, targets, with_entropy=with_entropy,
+                                     temperature=temperature)
     return logp[:, :t_len], None if entropy is None else entropy[:, :t_len]

@@ -44,6 +44,7 @@ def check_run(overrides: list[str], multirun: bool) -> None:
             where = f" (multirun job {i + 1} of {len(jobs)}: {' '.join(job)})" if multirun else ""
             try:
                 raw = compose_job(job + hydra_args)
+                check_pair_literals(job, raw)
                 cfg = validate(raw)
                 run_dir = job_run_dir(raw, multirun)
                 if run_dir in dirs:
@@ -63,6 +64,22 @@ def check_run(overrides: list[str], multirun: bool) -> None:
                     warned.add(warning)
             except ConfigError as e:
                 raise ConfigError(f"{e}{where}") from None
+
+
+# Keys that take a 'lo_hi' pair: on the command line Hydra reads 0.5_2 as the number 0.52
+# and 0_3 as 3 (underscores separate digits), which would pass as a one-number threshold.
+PAIR_KEYS = ("correction.rollout_is_threshold", "correction.rollout_rs_threshold")
+
+
+def check_pair_literals(args: list[str], raw: DictConfig) -> None:
+    """A 'lo_hi' override that Hydra composed into a number is an error, before validation."""
+    for arg in args:
+        key, _, value = arg.lstrip("+~").partition("=")
+        composed = OmegaConf.select(raw, key) if key in PAIR_KEYS else None
+        if "_" in value and composed is not None and not isinstance(composed, str):
+            raise ConfigError(f"{key}={value}: Hydra reads it as the number {composed}; write "
+                              f"each bound of a 'lo_hi' pair with a decimal point (e.g. 0.5_2.0) "
+                              f"or quote it ('{key}=\"{value}\"')")
 
 
 def expand_sweep(task_args: list[str]) -> list[list[str]]:

@@ -93,14 +93,17 @@ def token_columns(*, step: int, update: int, select: Tensor, response_ids: Tenso
                   logp_sampler: Tensor | None, logp: Tensor, ratio: Tensor, advantages: Tensor,
                   entropy: Tensor, clip_state: Tensor, in_loss: Tensor, c_low: float | None,
                   c_high: float | None, rewards: Tensor, lengths: Tensor,
-                  policy_version: Tensor | None = None, lag: Tensor | None = None
+                  policy_version: Tensor | None = None, lag: Tensor | None = None,
+                  is_weight: Tensor | None = None, rs_keep: Tensor | None = None
                   ) -> dict[str, np.ndarray]:
-    """One row per selected response token (`select` [b, T] bool), the run dir's 20 columns.
+    """One row per selected response token (`select` [b, T] bool), the run dir's 22 columns.
 
     Per-token tensors are [b, T]; `response_ids`, `group_ids`, `rewards`, `lengths` are per
     row [b]; `advantages` may be either. `logp_sampler` None: NaN (the engine kept none).
     Bounds that a method does not have are NaN. `policy_version` and `lag` (optimizer
     updates) per row [b] or per token [b, T]; None: -1 (an engine that does not track them).
+    `is_weight` and `rs_keep` [b, T]: the mismatch correction's IS weight (None: NaN, no IS)
+    and whether its rejection kept the token (None: True, no rejection).
     """
     sel = select.detach().cpu().bool()
     rows, pos = sel.nonzero(as_tuple=True)
@@ -134,6 +137,8 @@ def token_columns(*, step: int, update: int, select: Tensor, response_ids: Tenso
         "response_length": per_row(lengths).numpy().astype(np.int16),
         "policy_version": _ints(policy_version, sel, rows, n),
         "lag": _ints(lag, sel, rows, n),
+        "is_weight": f32(is_weight),
+        "rs_keep": np.ones(n, bool) if rs_keep is None else rs_keep.detach().cpu()[sel].numpy(),
     }
 
 

@@ -30,8 +30,10 @@ class ClipState:
     fraction: str | None  # the update/step record key of the state's share of loss tokens
 
 
-# One line per state; its code is its position (the first four keep the codes they always
-# had). See src/algorithms/surrogate.py for which method sets which state.
+# One line per state; its code is its position, so a new state is appended, never inserted:
+# token files of earlier runs store the names, but the int8 codes of the trainer and the
+# token viewer follow this order. See src/algorithms/surrogate.py for which method sets which
+# state.
 CLIP_STATES = (
     ClipState("none", carries_gradient=True, fraction=None),
     ClipState("clip_low", carries_gradient=False, fraction="clip_low_frac"),
@@ -41,6 +43,11 @@ CLIP_STATES = (
     ClipState("trunc_low", carries_gradient=True, fraction="trunc_low_frac"),
     ClipState("trunc_high", carries_gradient=True, fraction="trunc_high_frac"),
     ClipState("kl_penalty", carries_gradient=True, fraction="kl_penalty_frac"),
+    # the 2025-26 clip family (sapo, gppo, aspo); appended, so older codes keep their place
+    ClipState("gated", carries_gradient=True, fraction="gated_frac"),
+    ClipState("preserved_low", carries_gradient=True, fraction="preserved_low_frac"),
+    ClipState("preserved_high", carries_gradient=True, fraction="preserved_high_frac"),
+    ClipState("dual_capped", carries_gradient=True, fraction="dual_capped_frac"),
 )
 CLIP_STATE_NAMES = tuple(s.name for s in CLIP_STATES)
 NO_GRADIENT_STATES = tuple(s.name for s in CLIP_STATES if not s.carries_gradient)
@@ -53,9 +60,17 @@ STEP_MEAN_KEYS = ("clip_frac", *STATE_FRACTIONS,  # every state's share, so none
                   "contrib_grad_pos_share", "contrib_value_pos_share", "c_low", "c_high", "rho",
                   "grad_norm", "kl_k3", "entropy_clip_cov", "abs_log_ratio_mean", "kl_k1",
                   "m2_harmful", "m2_harmful_after", "m2po_tau",
+                  "sapo_gate_pos", "sapo_gate_neg", "sapo_grad_pos_share", "dppo_divergence", "dcpo_c_low_neg",
+                  "dcpo_c_high_pos", "aspo_high_entropy_frac",
                   "grad_clipped", "policy_lag", "behav_abs_log_ratio_mean", "behav_kl_k1",
                   "behav_kl_k3", "behav_m2", "behav_ess", "behav_weight_mean",
-                  "behav_weight_capped_frac", "version_span_mean")
+                  "behav_weight_capped_frac", "version_span_mean",
+                  # the sampler-trainer mismatch and its correction (src/corrections/)
+                  "rollout_corr_kl", "rollout_corr_k3_kl", "rollout_corr_chi2_token",
+                  "rollout_corr_chi2_seq", "rollout_corr_log_ppl_diff", "rollout_corr_ppl_ratio",
+                  "rollout_corr_rollout_is_mean", "rollout_corr_rollout_is_eff_sample_size",
+                  "rollout_corr_rollout_is_ratio_fraction_high",
+                  "rollout_corr_rollout_is_masked_fraction", "rollout_corr_rollout_rs_masked_fraction")
 # Summed over a step's updates (per-bin counts) and the step's maximum.
 STEP_SUM_LIST_KEYS = ("ratio_hist_pos", "ratio_hist_neg")
 # The bins of ratio_hist_pos/neg: (<=0.2], (0.2, 0.5], ..., (1.2, 1.5], (1.5, 2], (2, inf).
@@ -91,6 +106,15 @@ ADDED_SECTIONS = {
                   "token_budget": None, "mask_stale_prefix": None},
     "numerics": "native",
     "train": {"minibatch_split": "responses"},
+    # The mismatch work: the sampler in the trainer's own fp32 weights, evals at T = 1 (the
+    # only temperature runs could use before), no correction.
+    "rollout": {"precision": "fp32"},
+    "eval": {"temperature": 1.0},
+    # the warm start's SFT without label smoothing (every shipped build)
+    "model": {"sft": {"label_smoothing": 0.0}},
+    "correction": {"name": "none", "rollout_is": None, "rollout_is_threshold": 2.0,
+                   "rollout_is_batch_normalize": False, "rollout_rs": None,
+                   "rollout_rs_threshold": None, "bypass_mode": False},
 }
 # Keys of ADDED_SECTIONS whose default moved after runs were committed: the decoupled
 # objective clamped its behaviour weight at verl's 2.0 and now masks above AReaL's 5.0.
@@ -181,14 +205,19 @@ def upgrade_method_layout(cfg: dict) -> dict:
 def upgrade_config(cfg: dict) -> dict:
     """A stored config in today's layout: the method's section, and every section and key
     added since with the values the run used (`ADDED_SECTIONS`)."""
-    cfg = dict(upgrade_method_layout(cfg))
-    for name, old in ADDED_SECTIONS.items():
-        if name not in cfg:
-            cfg[name] = dict(old) if isinstance(old, dict) else old
-        elif isinstance(old, dict) and isinstance(cfg[name], dict):
-            # a section that existed before some of its keys: e.g. offpolicy before weight_rule
-            cfg[name] = {**cfg[name], **{k: v for k, v in old.items() if k not in cfg[name]}}
-    return cfg
+    return _with_added(dict(upgrade_method_layout(cfg)), ADDED_SECTIONS)
+
+
+def _with_added(node: dict, added: dict) -> dict:
+    """`node` with every key of `added` it lacks, at any depth: a section that existed before
+    some of its keys (offpolicy before weight_rule, model.sft before label_smoothing)."""
+    out = dict(node)
+    for name, old in added.items():
+        if name not in out:
+            out[name] = _with_added({}, old) if isinstance(old, dict) else old
+        elif isinstance(old, dict) and isinstance(out[name], dict):
+            out[name] = _with_added(out[name], old)
+    return out
 
 
 # -- meta.json -----------------------------------------------------------------------------

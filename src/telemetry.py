@@ -27,6 +27,8 @@ TOKEN_SCHEMA = pa.schema([
     ("clip_state", pa.string()), ("in_loss", pa.bool_()), ("c_low", pa.float32()),
     ("c_high", pa.float32()), ("reward", pa.float32()), ("response_length", pa.int16()),
     ("policy_version", pa.int32()), ("lag", pa.int32()),
+    # the mismatch correction (src/corrections/): IS weight (NaN: none), rejection's verdict
+    ("is_weight", pa.float32()), ("rs_keep", pa.bool_()),
 ])
 
 

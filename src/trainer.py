@@ -51,6 +51,7 @@ from src.algorithms._checks import NonFiniteError
 from src.algorithms.drift import drift_metrics, ratio_histogram
 from src.checkpoint import TrainState, save_checkpoint
 from src.config import Config
+from src.corrections import METRIC_PREFIX, build_correction, offpolicy_metrics
 from src.generation import Generation
 from src.policy import response_logprobs
 from src.records import (
@@ -74,6 +75,9 @@ from src.schedule import (
     split_rows,
 )
 from src.telemetry import RunWriter
+
+# The skip reason of an update with no loss-bearing token: not a numeric fault, no step.
+NO_LOSS_TOKENS = "no loss-bearing token (a correction rejected them all)"
 
 
 class NumericFault(RuntimeError):
@@ -103,12 +107,24 @@ class MiniBatch:
     # Mini-batch 0's behaviour pass, run with grad: (logp, entropy) for update 0 to use, so
     # that its forward is not run twice with the same weights on the same tensors.
     policy_pass: tuple[Tensor, Tensor] | None = None
+    # The mismatch correction's IS weight [b, T] (None: no IS); the loss takes it times
+    # token_weight (`loss_weight`).
+    is_weight: Tensor | None = None
+    rs_keep: Tensor | None = None  # [b, T] False on tokens the correction rejected (None: none)
 
     def __post_init__(self) -> None:
         if self.logp_old is None:
             self.logp_old = self.logp_behavior
         if self.version is None:
             self.version = torch.zeros(self.data.response_ids.shape, dtype=torch.long)
+
+    @property
+    def loss_weight(self) -> Tensor | None:
+        """The per-token factor on J_t: the anchor's behaviour weight times the correction's
+        IS weight (None: neither)."""
+        if self.is_weight is None:
+            return self.token_weight
+        return self.is_weight if self.token_weight is None else self.token_weight * self.is_weight
 
     @property
     def loss_mask(self) -> Tensor:
@@ -140,6 +156,10 @@ class Trainer:
         self.writer, self.checkpoint_dir = writer, checkpoint_dir
         self.evaluate, self.format_prompt = evaluate, format_prompt
         self.method = cfg.method.build(norm_length=cfg.rollout.max_new_tokens)
+        # Every scoring pass (behaviour, old log-probs, the loss) scores the distribution the
+        # rollout sampled from: logits / rollout.temperature (src/policy.py).
+        self.temperature = cfg.rollout.temperature
+        self.correction = build_correction(cfg.correction)  # the mismatch correction (validated)
         self.source = build_source(cfg.offpolicy)
         self.log_tokens = True
         self._version = 0  # optimizer steps applied before the current update
@@ -233,8 +253,10 @@ class Trainer:
                 if record.get("policy_lag") is None:  # a skipped update: no drift readings
                     record["policy_lag"] = float(self._lag(mb).double().mean())
                 state.global_update += 1
-                if record["skipped"]:
+                if record["skipped"] and record["skip_reason"] != NO_LOSS_TOKENS:
                     self._bad_update(state, record)
+                elif record["skipped"]:
+                    pass  # nothing to train on: neither a step nor a numeric fault
                 else:
                     applied += 1
                     state.policy_version += 1
@@ -304,7 +326,8 @@ class Trainer:
             logp_behavior=mb.logp_behavior, logp_sampler=mb.data.sampler_logp, logp=logp,
             ratio=out.ratio, advantages=mb.advantages, entropy=entropy, clip_state=out.clip_state,
             in_loss=out.in_loss, c_low=out.c_low, c_high=out.c_high, rewards=mb.rewards,
-            lengths=mb.data.lengths(), policy_version=mb.version, lag=self._lag(mb))
+            lengths=mb.data.lengths(), policy_version=mb.version, lag=self._lag(mb),
+            is_weight=mb.is_weight, rs_keep=mb.rs_keep)
 
     def _lag(self, mb: MiniBatch) -> Tensor:
         """[b, T] lag in optimizer updates of each token at the current update."""
@@ -368,9 +391,48 @@ class Trainer:
                                          logp_old=logp_old, token_weight=weight,
                                          logp_start=logp_now, entropy_start=ent_now,
                                          policy_pass=kept))
+        if self.correction.active:
+            self._correct(batches)
         if self.method.decision_scope == "rollout":
             self._rollout_decision(batches, self._step_seed(step))
         return batches
+
+    def _correct(self, batches: list[MiniBatch]) -> None:
+        """The mismatch correction over the step's whole training set, as verl takes it on the
+        whole batch before the mini-batch split (its batch normalisation is the whole
+        batch's): the IS weight joins each mini-batch's token weight, rejected tokens leave
+        its loss mask; under bypass_mode the ratio is taken against the sampler's log-probs."""
+        device = batches[0].logp_behavior.device
+        stacked = _stack([mb.logp_behavior for mb in batches])
+        sampler = _stack([mb.data.sampler_logp.to(device, stacked.dtype) for mb in batches])
+        mask = _stack([mb.data.response_mask.to(device) for mb in batches])
+        done = self.correction.apply(stacked, sampler, mask)
+        start = 0
+        for mb in batches:
+            rows, t = mb.logp_behavior.shape
+            part = slice(start, start + rows)
+            start += rows
+            if self.correction.bypass_mode:
+                mb.logp_old = mb.data.sampler_logp.to(device, stacked.dtype)
+            if self.correction.rejection:
+                mb.rs_keep = done.keep[part, :t].cpu()
+                mb.loss_keep = mb.rs_keep if mb.loss_keep is None else mb.loss_keep & mb.rs_keep
+            if done.weight is not None:
+                mb.is_weight = done.weight[part, :t]
+
+    def _mismatch_record(self, mb: MiniBatch) -> dict:
+        """The gap between the sampler's and the trainer's behaviour log-probs on this
+        update's response tokens (verl's off-policy metrics), and the correction's IS and
+        rejection statistics on them, as `rollout_corr_*` keys."""
+        device = mb.logp_behavior.device
+        mask = mb.data.response_mask.to(device)
+        if not bool(mask.any()):
+            return {}
+        sampler = mb.data.sampler_logp.to(device, mb.logp_behavior.dtype)
+        metrics = offpolicy_metrics(mb.logp_behavior, sampler, mask)
+        if self.correction.rollout_is or self.correction.rejection:
+            metrics.update(self.correction.apply(mb.logp_behavior, sampler, mask).metrics)
+        return {f"{METRIC_PREFIX}{k}": v for k, v in metrics.items()}
 
     def _split_groups(self, data: Rollout) -> Tensor | None:
         """Each row's group id when mini-batches take whole groups; None: responses."""
@@ -420,6 +482,9 @@ class Trainer:
         `on_policy`: no optimizer step since the behaviour pass (the weights are unchanged);
         `seed`: for a method's random decision.
         """
+        if not bool(mb.loss_mask.any()):  # e.g. the correction rejected every token: no loss
+            return {"skipped": True, "skip_reason": NO_LOSS_TOKENS, **self._mismatch_record(mb)}, \
+                None, None, None
         self.optimizer.zero_grad(set_to_none=True)
         done = self._backward(mb, on_policy, seed)  # forward, decision, loss, backward
         out, logp, entropy = done.out, done.logp, done.entropy
@@ -459,7 +524,7 @@ class Trainer:
           optimizer step since it (one no-grad pass fewer).
         """
         method, device = self.method, mb.logp_behavior.device
-        mask, adv, weight = mb.loss_mask.to(device), mb.advantages.to(device), mb.token_weight
+        mask, adv, weight = mb.loss_mask.to(device), mb.advantages.to(device), mb.loss_weight
         micro_batches = self._micro_slices(mb.data.size)
         one_pass = len(micro_batches) == 1
         try:  # a decision taken once per rollout, or now over the whole mini-batch
@@ -476,9 +541,15 @@ class Trainer:
             if not (one_pass or bool(data.response_mask.any())):
                 continue  # no response token: nothing to score, no gradient
             t = data.response_ids.shape[1]
-            # After a non-finite loss no gradient is needed, only the numbers for telemetry.
-            with torch.set_grad_enabled(finite and torch.is_grad_enabled()):
-                logp, entropy = self._reuse_behaviour_forward(mb) or response_logprobs(self.model, data)
+            # A micro-batch whose tokens all left the loss (a correction's rejection) is only
+            # scored, for telemetry, as is every one after a non-finite loss.
+            carries_loss = one_pass or bool(mask[rows, :t].any())
+            with torch.set_grad_enabled(finite and carries_loss and torch.is_grad_enabled()):
+                logp, entropy = (self._reuse_behaviour_forward(mb)
+                                 or response_logprobs(self.model, data, temperature=self.temperature))
+                if not carries_loss:
+                    logp_all[rows, :t], entropy_all[rows, :t] = logp, entropy
+                    continue
                 try:
                     decision = decision or self._decide(mb, logp, entropy, mask, adv, seed)
                     out = method.loss(logp, mb.logp_old[rows, :t], adv[rows], mask[rows, :t],
@@ -546,6 +617,7 @@ class Trainer:
         record["behav_weight_capped_frac"] = (
             None if mb.token_weight is None else
             capped_share(mb.logp_old, mb.logp_behavior, response_mask, self.cfg.offpolicy.weight_cap))
+        record.update(self._mismatch_record(mb))
         return record
 
     @torch.no_grad()
@@ -567,10 +639,12 @@ class Trainer:
         """logp and entropy [b, T] of a mini-batch, one forward per micro-batch."""
         parts = self._micro_slices(data.size)
         if len(parts) == 1:
-            return response_logprobs(self.model, data, with_entropy=with_entropy)
+            return response_logprobs(self.model, data, with_entropy=with_entropy,
+                                     temperature=self.temperature)
         logp = entropy = None
         for rows in parts:
-            lp, ent = response_logprobs(self.model, _rows(data, rows), with_entropy=with_entropy)
+            lp, ent = response_logprobs(self.model, _rows(data, rows), with_entropy=with_entropy,
+                                        temperature=self.temperature)
             if logp is None:
                 logp = lp.new_zeros(data.response_ids.shape)
                 entropy = lp.new_zeros(data.response_ids.shape) if with_entropy else None
@@ -578,6 +652,12 @@ class Trainer:
             if with_entropy:
                 entropy[rows, :lp.shape[1]] = ent
         return logp, entropy
+
+def _stack(tensors: list[Tensor]) -> Tensor:
+    """Mini-batch tensors [b, T_b] stacked in order, right-padded to the longest."""
+    length = max(t.shape[1] for t in tensors)
+    return torch.cat([torch.nn.functional.pad(t, (0, length - t.shape[1])) for t in tensors])
+
 
 def _rows(data: Rollout, rows: slice) -> Rollout:
     """A micro-batch: rows of a mini-batch, trimmed to their own longest prompt and response."""

@@ -60,6 +60,35 @@ BAD_CONFIGS = [
     # a cap at or below 1 would cut every token the policy has moved toward (AReaL refuses it)
     (["offpolicy.anchor=decoupled", "offpolicy.weight_cap=0.5"], "offpolicy.weight_cap"),
     (["offpolicy.anchor=decoupled", "offpolicy.weight_rule=truncate"], "offpolicy.weight_rule"),
+    # the mismatch features (src/corrections/, src/rollout/sampler_precision.py)
+    (["rollout.temperature=-0.7"], "rollout.temperature"),
+    (["eval.temperature=0"], "eval.temperature"),
+    (["rollout.precision=fp8"], "rollout.precision"),
+    (["correction.rollout_is=token", "correction.rollout_is_threshold=0"], "correction.rollout_is_threshold"),
+    (["correction.rollout_is=token", "correction.rollout_is_threshold=-2"], "correction.rollout_is_threshold"),
+    (["correction.rollout_is=token", "correction.rollout_is_threshold=2.0_1.0"], "correction.rollout_is_threshold"),
+    (["correction.rollout_is=token", "correction.rollout_is_threshold=0.5_2"], "correction.rollout_is_threshold"),
+    (["correction.rollout_is=tokens"], "correction.rollout_is"),
+    (["correction.rollout_rs=token_k4", "correction.rollout_rs_threshold=0.1"], "correction.rollout_rs"),
+    (["correction.rollout_rs=seq_max_k1", "correction.rollout_rs_threshold=2.0"], "correction.rollout_rs"),
+    (["correction.rollout_rs=token_k3"], "correction.rollout_rs_threshold"),
+    (["correction.rollout_rs=token_k1", "correction.rollout_rs_threshold=0.9"], "correction.rollout_rs_threshold"),
+    (["correction.rollout_rs='token_k2,token_k3'", "correction.rollout_rs_threshold='0.1,0.2,0.3'"],
+     "correction.rollout_rs_threshold"),
+    (["correction.rollout_rs_threshold=0.1"], "correction.rollout_rs_threshold"),
+    (["correction.bypass_mode=true", "correction.rollout_is=token"], "correction.rollout_is"),
+    (["correction.bypass_mode=true", "offpolicy.source=delay", "offpolicy.delay=2",
+      "offpolicy.anchor=decoupled"], "correction.bypass_mode"),
+    (["correction=nonexistent"], "correction"),
+    # the 2025-26 clip family: temperatures, thresholds and budgets > 0, betas >= 0, bounds in order
+    (["method=sapo", "method.sapo.tau_pos=0"], "method.sapo.tau_pos"),
+    (["method=sapo", "method.sapo.tau_neg=-1.05"], "method.sapo.tau_neg"),
+    (["method=dppo_tv", "method.dppo_tv.delta_high=0"], "method.dppo_tv.delta_high"),
+    (["method=dppo_kl", "method.dppo_kl.delta_low=-0.05"], "method.dppo_kl.delta_low"),
+    (["method=gppo", "method.gppo.beta1=-0.25"], "method.gppo.beta1"),
+    (["method=ce_gppo", "method.gppo.c_low=1.5"], "method.gppo.c_low"),
+    (["method=dcpo", "method.dcpo.eps_high=0"], "method.dcpo.eps_high"),
+    (["method=aspo", "method.aspo.c_low_high_entropy=1.5"], "method.aspo.c_low_high_entropy"),
 ]
 
 
@@ -268,3 +297,30 @@ def test_ctrl_c_prints_one_line(monkeypatch, capsys):
     assert exit_info.value.code == 130
     assert capsys.readouterr().err.strip() == (
         "interrupted: run the same command again to resume from the last checkpoint")
+
+
+def test_a_correction_needs_a_source_with_sampler_logprobs(monkeypatch):
+    """A source that keeps no sampler log-probs cannot be corrected: named before any work."""
+    from src.config import ConfigError
+    from src.schedule import sources
+
+    fresh = sources.SOURCES["fresh"]
+    monkeypatch.setitem(sources.SOURCES, "fresh", type("NoSamplerLogprobs", (fresh,),
+                                                       {"sampler_logprobs": False}))
+    with pytest.raises(ConfigError, match=r"^correction needs the sampler's log-probs"):
+        compose(["correction=tis"])
+    assert compose(["correction=none"]).correction.rollout_is is None  # no correction: fine
+
+
+def test_a_precision_the_device_cannot_run_is_a_config_error(monkeypatch):
+    """rollout.precision is tried on the device before any work (here: a device whose half
+    precision attention fails, as on GPUs without fp16 kernels)."""
+    from src.config import ConfigError
+
+    def no_half(*args, **kwargs):
+        raise RuntimeError('"scaled_dot_product_attention" not implemented for \'Half\'')
+
+    assert compose(["rollout.precision=fp16"]).rollout.precision == "fp16"  # this CPU runs it
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", no_half)
+    with pytest.raises(ConfigError, match=r"^rollout.precision =fp16: torch.float16 does not run on cpu"):
+        compose(["rollout.precision=fp16"])

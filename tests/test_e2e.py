@@ -77,7 +77,10 @@ def test_smoke_run_dir_is_complete(smoke_runs, method):
     assert list(tokens.columns) == TOKEN_SCHEMA.names
     # NaN only as the bounds of a method that has none
     bounded = metrics["update"][0]["c_low"] is not None
-    assert not tokens.select_dtypes("number").drop(columns=["c_low", "c_high"]).isna().any().any()
+    # NaN only where a quantity does not exist: bounds of a method without any, and the IS
+    # weight of a run without a mismatch correction (this one), whose rejection keeps all
+    assert not tokens.select_dtypes("number").drop(columns=["c_low", "c_high", "is_weight"]).isna().any().any()
+    assert tokens["is_weight"].isna().all() and tokens["rs_keep"].all()
     assert tokens[["c_low", "c_high"]].isna().all().all() != bounded
     assert set(tokens["clip_state"]) <= set(CLIP_STATES)
     # every response token of every update is logged once (token_fraction = 1)

@@ -57,6 +57,30 @@ PUBLISHED = {
                  {"c_low": 0.0, "c_high": 2.0, **CLIP, "ratio": 2e-4, "lb": 1.0, "ub": 5.0}),
     # arXiv 2505.22617: k = 2e-3 (Qwen2.5-7B), beta = 1
     "kl_cov": ("kl_cov", "token-mean", {"ratio": 2e-3, "coef": 1.0}),
+    # arXiv 2511.20347 as verl and TRL ship it: tau_pos 1.0, tau_neg 1.05 (verl's actor.yaml,
+    # "the values used in the paper"; TRL's sapo_temperature_*), both seq-mean-token-mean
+    "sapo": ("sapo", "seq-mean-token-mean", {"tau_pos": 1.0, "tau_neg": 1.05}),
+    # arXiv 2602.04879, the authors' run script (verl examples/dppo_trainer/run_qwen30b_dppo.sh):
+    # TV threshold 0.15 (KL 0.05) on both sides, clip_ratio_c=10000 (no truncation)
+    "dppo_tv": ("dppo_tv", "token-mean",
+                {"delta_low": 0.15, "delta_high": 0.15, "clip_ratio_c": 10000.0}),
+    "dppo_kl": ("dppo_kl", "token-mean",
+                {"delta_low": 0.05, "delta_high": 0.05, "clip_ratio_c": 10000.0}),
+    # arXiv 2508.07629, KlearReasoner's math script: clip 0.2 / 0.28, clip_ratio_c 10; its
+    # README: beta1 = beta2 = 1
+    "gppo": ("gppo", "token-mean",
+             {"c_low": 0.8, "c_high": 1.28, "dual_clip_c": 10.0, "beta1": 1.0, "beta2": 1.0}),
+    # arXiv 2509.20712, KlearReasoner's general-GPPO script: gppo_loss_beta1=0.25, beta2=1.0
+    "ce_gppo": ("gppo", "token-mean",
+                {"c_low": 0.8, "c_high": 1.28, "dual_clip_c": 10.0, "beta1": 0.25, "beta2": 1.0}),
+    # arXiv 2509.02333, lime-RL/DCPO recipe/dcpo/run_dcpo.sh: clip_type dynamic, eps 0.2 /
+    # 0.28, clip_ratio_c 10
+    "dcpo": ("dcpo", "token-mean", {"eps_low": 0.2, "eps_high": 0.28, "dual_clip_c": 10.0}),
+    # arXiv 2510.06062, wizard-III/Archer2.0 dp_actor.py's literals: ranges 0.2 / 0.4 (top-20%
+    # entropy tokens of a response) below and above, dual clips 3.0, quantile 0.8
+    "aspo": ("aspo", "token-mean", {"c_low": 0.8, "c_high": 1.2, "c_low_high_entropy": 0.6,
+                                    "c_high_high_entropy": 1.4, "dual_clip_neg": 3.0,
+                                    "dual_clip_pos": 3.0, "entropy_quantile": 0.8}),
 }
 
 

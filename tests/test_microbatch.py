@@ -33,6 +33,13 @@ from tests.tiny_policy import B, tiny_model, tiny_rollout
 METHODS = sorted(REGISTERED)  # every registered method
 # Per-response advantages: mostly negative, one zero, so BAPO has to move its bounds.
 ADVANTAGES = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
+# The tiny model's token probabilities are all ~0.01-0.1, where these methods' defaults leave
+# every token alone (dcpo's bounds are widest for rare tokens, dppo's probability changes
+# stay under its thresholds, sapo's gate stays above 1/2): narrower settings make them act.
+ACTING = {"sapo": {"tau_pos": 5.0, "tau_neg": 5.0},
+          "dppo_tv": {"delta_low": 0.005, "delta_high": 0.005},
+          "dppo_kl": {"delta_low": 0.002, "delta_high": 0.002},
+          "dcpo": {"eps_low": 0.002, "eps_high": 0.002}}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -61,7 +68,8 @@ def setup():
 
 
 def _config(method: str, aggregation: str, micro: int | None):
-    cfg = compose([f"method={method}", f"method.aggregation={aggregation}",
+    acting = [f"method.{method}.{k}={v}" for k, v in ACTING.get(method, {}).items()]
+    cfg = compose([f"method={method}", f"method.aggregation={aggregation}", *acting,
                    "train.prompts_per_step=2", "train.group_size=4", "rollout.max_new_tokens=12"])
     cfg.train.micro_batch_size = micro
     return cfg

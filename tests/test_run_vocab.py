@@ -70,3 +70,34 @@ def test_meta_has_the_identity_then_the_engines_fields():
         "device": "cpu", "method": "ppo", "experiment": "smoke", "staleness": 2, "seed": 1,
         "resumed_at_step": None, "engine": "trl"}
     assert {"git_commit", "versions", "start_time"} <= set(meta)
+
+
+def test_the_clip_familys_states_are_appended_and_keep_a_gradient():
+    # sapo's soft gate, gppo's preserved clip and aspo's capped dual clip change a token's
+    # gradient without removing it; appended after kl_penalty, so no earlier code moved
+    names = [s.name for s in run_vocab.CLIP_STATES]
+    assert names[8:] == ["gated", "preserved_low", "preserved_high", "dual_capped"]
+    assert all(s.carries_gradient for s in run_vocab.CLIP_STATES[8:])
+    assert {s.fraction for s in run_vocab.CLIP_STATES[8:]} == {
+        "gated_frac", "preserved_low_frac", "preserved_high_frac", "dual_capped_frac"}
+
+
+def test_every_state_but_none_has_a_colour_in_the_token_viewer():
+    # the viewer colours tokens by state (analysis/token_view.js CLIP_COLORS); a state without
+    # an entry would show as `none`
+    script = (REPO / "analysis" / "token_view.js").read_text()
+    colours = re.search(r"const CLIP_COLORS = \{(.*?)\};", script, re.S).group(1)
+    coloured = set(re.findall(r"(\w+):\s*\"#", colours))
+    assert coloured == set(run_vocab.CLIP_STATE_NAMES[1:])
+
+
+def test_the_methods_own_record_keys_are_averaged_per_step():
+    # the clip family's per-update numbers (gate, divergence, bounds, entropy share) reach the
+    # step record as means over its updates, as m2po's do; an update without one (None) is
+    # left out of its mean
+    from src.records import update_means
+
+    keys = ("sapo_gate_pos", "sapo_gate_neg", "sapo_grad_pos_share", "dppo_divergence", "dcpo_c_low_neg",
+            "dcpo_c_high_pos", "aspo_high_entropy_frac")
+    step = update_means([{k: 0.5 for k in keys}, {k: 0.75 for k in keys}, {k: None for k in keys}])
+    assert {k: step[k] for k in keys} == {k: 0.625 for k in keys}

@@ -79,7 +79,9 @@ function bins(edges, value) {
   return k;
 }
 const CLIP_COLORS = { clip_low: "#6baed6", clip_high: "#fd8d3c", dual: "#b39ddb", masked: "#bdbdbd",
-                      trunc_low: "#c6dbef", trunc_high: "#fdd0a2", kl_penalty: "#c7e9c0" };
+                      trunc_low: "#c6dbef", trunc_high: "#fdd0a2", kl_penalty: "#c7e9c0",
+                      gated: "#fee391", preserved_low: "#9ecae1", preserved_high: "#fdae6b",
+                      dual_capped: "#dadaeb" };
 const MODES = {
   clip: {
     label: "clip state",

@@ -40,8 +40,9 @@ FINAL_EVALS = 3
 # the bands BAPO's grid can move (start [0.6, 1.2], maxima [0.9, 3.0]): negative tokens a
 # rising c_low can drop, positive tokens a rising c_high can admit
 NEG_BAND, POS_BAND = (0.6, 0.9), (1.2, 3.0)
-TOKEN_COLUMNS = ["step", "update", "response_id", "group_id", "ratio", "advantage", "in_loss",
-                 "reward", "response_length"]
+TOKEN_COLUMNS = ["step", "update", "response_id", "group_id", "position", "ratio", "advantage",
+                 "in_loss", "reward", "response_length", "logp_behavior"]
+TAIL_P = 0.5  # a sampled token "from the tail": the behaviour policy gave it p < 0.5
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -69,7 +70,16 @@ def update_stats(records: list[dict]) -> dict:
         "share_sd": float(share.std(ddof=1)) if share.size > 1 else math.nan,
         "moved_reached": len(moved) / len(searched) if searched else math.nan,
         "clip_frac": float((clip * tokens).sum() / tokens.sum()) if tokens.sum() else math.nan,
+        # the sampler-trainer mismatch (docs/mismatch.md): its mean per update, NaN for runs
+        # made before it was logged
+        "mm_k3": _mean(u.get("rollout_corr_k3_kl") for u in updates),
+        "gap": _mean(r.get("sampler_logp_gap") for r in records if r["kind"] == "step"),
     }
+
+
+def _mean(values) -> float:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else math.nan
 
 
 def token_stats(run_dir: Path) -> dict:
@@ -77,7 +87,7 @@ def token_stats(run_dir: Path) -> dict:
     only an export's sample of responses (a sample would give a different number)."""
     parts = sorted((run_dir / "tokens").glob("*.parquet"))
     if not parts or any(p.name == SAMPLE_NAME for p in parts):
-        return {"band_mass": math.nan, "length_ratio": math.nan}
+        return {"band_mass": math.nan, "length_ratio": math.nan, "tail": math.nan}
     t = pd.concat([pd.read_parquet(p, columns=TOKEN_COLUMNS) for p in parts], ignore_index=True)
     loss = t[t["in_loss"]]
     mass = (loss["ratio"] * loss["advantage"]).abs()
@@ -94,8 +104,9 @@ def token_stats(run_dir: Path) -> dict:
         "p": g["correct"].mean()}).dropna()
     w = lengths["p"] * (1 - lengths["p"])
     ratio = float((w * lengths["L_neg"]).sum() / (w * lengths["L_pos"]).sum()) if len(lengths) else math.nan
+    sampled = t.drop_duplicates(["step", "response_id", "position"])  # each token once
     return {"band_mass": float(mass[in_band].sum() / mass.sum()) if mass.sum() else math.nan,
-            "length_ratio": ratio}
+            "length_ratio": ratio, "tail": float((np.exp(sampled["logp_behavior"]) < TAIL_P).mean())}
 
 
 def summarize(run_dir: Path) -> dict:
@@ -114,7 +125,8 @@ def write(rows: pd.DataFrame) -> None:
     rows = rows.sort_values(["pilot", "seed"]).reset_index(drop=True)
     rows.to_csv(CSV, index=False, float_format="%.4f")
     fmt = {"greedy_0": 3, "greedy_final": 3, "gain": 3, "share_mean": 3, "share_sd": 3,
-           "moved_reached": 3, "clip_frac": 4, "band_mass": 3, "length_ratio": 2, "wall_min": 1}
+           "moved_reached": 3, "clip_frac": 4, "band_mass": 3, "length_ratio": 2, "tail": 3,
+           "gap": 4, "mm_k3": 6, "wall_min": 1}
     head = ["pilot", "seed", "staleness", "method", *fmt, "threads"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in rows.iterrows():
@@ -127,7 +139,9 @@ def write(rows: pd.DataFrame) -> None:
                   "and length_ratio ~1.5 (3), share_sd <= 0.06 (4), band_mass 0.05-0.10 and "
                   "moved_reached >= 0.30 (5), clip_frac 0.01-0.04 at 4x (6), wall_min <= ~10 "
                   "on one thread (7). share is bapo's rho_before, or ppo's positive share at "
-                  "its own bounds.\n\n" + "\n".join(lines) + "\n")
+                  "its own bounds. tail: the share of sampled tokens with p < 0.5; gap: mean "
+                  "sampler_logp_gap; mm_k3: mean k3 between sampler and trainer (NaN before it "
+                  "was logged).\n\n" + "\n".join(lines) + "\n")
 
 
 def main() -> None:

@@ -4,16 +4,22 @@ A token's clip state says what its method did to the token's gradient. The state
 whether each carries a gradient, are defined in src/run_vocab.py; token files store them by
 name.
 
-| state        | gradient             | set by                                             |
-|--------------|----------------------|----------------------------------------------------|
-| `none`       | the method's own     | every method                                       |
-| `clip_low`   | none                 | A<0 and the ratio (token or response) below c_low  |
-| `clip_high`  | none                 | A>0 and the ratio (token or response) above c_high |
-| `dual`       | none                 | dual-clip: A<0 and r > dual_clip_c                 |
-| `masked`     | none                 | the method masked or detached the token (clip_cov)       |
-| `trunc_low`  | kept, weight raised  | cispo: r < c_low, the IS weight is raised to c_low |
-| `trunc_high` | kept, weight cut     | cispo: r > c_high, the IS weight is cut to c_high  |
-| `kl_penalty` | kept, plus a penalty | kl_cov: the token also pays coef * |log r|          |
+| state            | gradient             | set by                                                            |
+|------------------|----------------------|-------------------------------------------------------------------|
+| `none`           | the method's own     | every method                                                      |
+| `clip_low`       | none                 | A<0 and the ratio (token or response) below c_low                 |
+| `clip_high`      | none                 | A>0 and the ratio (token or response) above c_high                |
+| `dual`           | none                 | dual-clip: A<0 and r > dual_clip_c                                |
+| `masked`         | none                 | the method masked or detached the token (clip_cov, dppo)          |
+| `trunc_low`      | kept, weight raised  | cispo: r < c_low, the IS weight is raised to c_low                |
+| `trunc_high`     | kept, weight cut     | cispo: r > c_high, the IS weight is cut to c_high (dppo: its cap) |
+| `kl_penalty`     | kept, plus a penalty | kl_cov: the token also pays coef * |log r|                        |
+| `gated`          | kept, damped         | sapo: its soft gate keeps less than half of r A's gradient        |
+| `preserved_low`  | kept, value clipped  | gppo: A<0 and r < c_low; gradient beta1 c_low A                   |
+| `preserved_high` | kept, value clipped  | gppo: A>0 and r > c_high; gradient beta2 c_high A                 |
+| `dual_capped`    | kept, weight capped  | aspo's dual clip: A<0 and r > c, or A>0 and 1/r > c               |
+
+dcpo's per-token bounds give `clip_low`, `clip_high` and `dual`, as ppo's do.
 
 So clip fractions count the same thing in every method: the share of tokens whose
 gradient the method removed (`NO_GRADIENT`); the other states have fractions of their own.
@@ -31,6 +37,9 @@ from src.run_vocab import NO_GRADIENT_STATES
 NONE, CLIP_LOW, CLIP_HIGH, DUAL, MASKED, TRUNC_LOW, TRUNC_HIGH, KL_PENALTY = (
     CLIP_STATES.index(name) for name in ("none", "clip_low", "clip_high", "dual", "masked",
                                          "trunc_low", "trunc_high", "kl_penalty"))
+GATED, PRESERVED_LOW, PRESERVED_HIGH, DUAL_CAPPED = (
+    CLIP_STATES.index(name) for name in ("gated", "preserved_low", "preserved_high",
+                                         "dual_capped"))
 NO_GRADIENT = tuple(CLIP_STATES.index(name) for name in NO_GRADIENT_STATES)
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 

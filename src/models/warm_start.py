@@ -85,6 +85,9 @@ DEFAULT_SFT_CFG: dict[str, Any] = {
     "eval_samples": 4,  # sampled responses per held-out problem
     "eval_temperature": 1.0,
     "max_new_tokens": 64,
+    # > 0: a warm start with more entropy (the SFT target mixes in a uniform distribution);
+    # 0 leaves the cache key as before it existed (`cache_key`), so shipped builds still load
+    "label_smoothing": 0.0,
 }
 
 
@@ -110,6 +113,8 @@ def resolve_configs(
             raise ValueError(f"sft.{key} must be >= 1, got {s[key]}")
     if not float(s["lr"]) > 0:
         raise ValueError(f"sft.lr must be > 0, got {s['lr']}")
+    if not 0.0 <= float(s["label_smoothing"]) < 1.0:
+        raise ValueError(f"sft.label_smoothing must be in [0, 1), got {s['label_smoothing']}")
     return m, s
 
 
@@ -132,6 +137,8 @@ def cache_key(task: Task, model_cfg: dict[str, Any], sft_cfg: dict[str, Any], se
               *, device: torch.device | str = "cpu", autocast: str | None = None,
               numerics: str = "portable") -> str:
     m, s = resolve_configs(model_cfg, sft_cfg)
+    if float(s["label_smoothing"]) == 0.0:  # the key every build made before it existed had
+        s = {k: v for k, v in s.items() if k != "label_smoothing"}
     payload = {
         "version": WARM_START_VERSION,
         "task": dict(task.config),
@@ -398,7 +405,8 @@ def sft(
                 f"is {max_pos}; raise it or shorten the task"
             )
         device = next(model.parameters()).device
-        loss = model(**{k: v.to(device) for k, v in batch.items()}, use_cache=False).loss
+        loss = _sft_loss(model, {k: v.to(device) for k, v in batch.items()},
+                         float(cfg["label_smoothing"]))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
@@ -409,6 +417,18 @@ def sft(
             bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{sched.get_last_lr()[0]:.1e}")
     model.eval()
     return losses
+
+
+def _sft_loss(model: PreTrainedModel, batch: dict, label_smoothing: float) -> torch.Tensor:
+    """The token-mean cross-entropy of the solution tokens: HF's own loss, or with label
+    smoothing the same shift and mean with `label_smoothing` (torch's cross_entropy)."""
+    if label_smoothing == 0.0:
+        return model(**batch, use_cache=False).loss
+    labels = batch["labels"]
+    logits = model(**{k: v for k, v in batch.items() if k != "labels"}, use_cache=False).logits
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100,
+        label_smoothing=label_smoothing)
 
 
 # --- evaluation -------------------------------------------------------------------------

@@ -1,4 +1,9 @@
-"""Rollouts on the trainer's own HF model (the CPU default), with the decode loop of src/models/decoding.py."""
+"""Rollouts on the trainer's own HF model (the CPU default), with the decode loop of src/models/decoding.py.
+
+At `rollout.precision=fp32` the live training model samples; at bf16, fp16 or int8 a copy of
+it held in that precision does, refreshed from the trainer's weights before every rollout
+(src/rollout/sampler_precision.py), as a serving engine gets the trainer's weights pushed.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +13,38 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from src.models.decoding import decode
 from src.rollout.base import Rollout, needs_special_tokens
+from src.rollout.sampler_precision import refresh, sampler_copy
 
 
 class HFRollout:
-    """Samples from the live training model, so weight sync is a no-op."""
+    """Samples from the live training model (fp32: weight sync is a no-op) or from its copy
+    in `precision`."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                 batch_size: int = 512, min_new_tokens: int = 0):
+                 batch_size: int = 512, min_new_tokens: int = 0, precision: str = "fp32"):
         """`min_new_tokens`: no EOS before that many tokens (for timing fixed-length
-        responses; 0, the default, samples the policy as it is)."""
+        responses; 0, the default, samples the policy as it is). `precision`: the
+        sampler's weights (`rollout.precision`)."""
         if min_new_tokens < 0:
             raise ValueError(f"rollout.params.min_new_tokens must be >= 0, got {min_new_tokens}")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.min_new_tokens = min_new_tokens
+        self.precision = precision
+        self._sampler = sampler_copy(model, precision)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model
+
+    def _sampling_model(self) -> torch.nn.Module:
+        """The model that samples: the live one, or its low-precision copy holding the live
+        model's current weights (refreshed at every call: an optimizer step may have come
+        between two calls, and a copy costs less than one decode step per layer)."""
+        if self._sampler is None:
+            return self.model
+        refresh(self._sampler, self.model, self.precision)
+        return self._sampler
 
     def close(self) -> None:
         pass
@@ -44,16 +63,17 @@ class HFRollout:
         mask = torch.zeros(len(contexts), width, dtype=torch.bool)
         for i, c in enumerate(contexts):  # left-padded, as `generate` pads its prompts
             ids[i, width - c.numel():], mask[i, width - c.numel():] = c, True
-        device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
+        model = self._sampling_model()
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
         generator = torch.Generator(device=device).manual_seed(seed)
         try:
-            out = decode(self.model, ids.to(device), mask.to(device), max_new_tokens=max(caps),
+            out = decode(model, ids.to(device), mask.to(device), max_new_tokens=max(caps),
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                          temperature=temperature, top_p=top_p, greedy=greedy, generator=generator)
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         return [(out.tokens[i, :min(int(out.lengths[i]), cap)].tolist(),
                  out.logp[i, :min(int(out.lengths[i]), cap)].tolist()) for i, cap in enumerate(caps)]
 
@@ -67,25 +87,26 @@ class HFRollout:
                       add_special_tokens=needs_special_tokens(tok, prompts))
         finally:
             tok.padding_side = old_side
-        device = next(self.model.parameters()).device
+        model = self._sampling_model()
+        device = next(model.parameters()).device
         prompt_ids = enc["input_ids"].repeat_interleave(num_samples, dim=0)
         prompt_mask = enc["attention_mask"].repeat_interleave(num_samples, dim=0)
-        was_training = self.model.training
-        self.model.eval()
+        was_training = model.training
+        model.eval()
         generator = torch.Generator(device=device).manual_seed(seed)
         chunks = []
         try:
             for start in range(0, prompt_ids.shape[0], self.batch_size):
                 # Pure ancestral sampling at `temperature` with HF's top-p filter; each row
                 # leaves the batch at its EOS (src/models/decoding.py says why and what it saves).
-                out = decode(self.model, prompt_ids[start:start + self.batch_size].to(device),
+                out = decode(model, prompt_ids[start:start + self.batch_size].to(device),
                              prompt_mask[start:start + self.batch_size].to(device),
                              max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id,
                              pad_token_id=tok.pad_token_id, temperature=temperature, top_p=top_p,
                              min_new_tokens=self.min_new_tokens, generator=generator)
                 chunks.append(out)
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         # Trim to the longest response of the call (a response cut by max_new_tokens keeps all).
         width = max(int(c.lengths.max()) for c in chunks)
         response_ids = torch.cat([c.tokens[:, :width] for c in chunks])

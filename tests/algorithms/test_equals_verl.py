@@ -1,4 +1,5 @@
-"""cispo, kl_cov, clip_cov and gspo against verl's own implementation of each.
+"""cispo, kl_cov, clip_cov, gspo, sapo, dppo_tv and dppo_kl against verl's own implementation
+of each (a loss_mode the installed verl lacks is skipped: dppo came to verl in February 2026).
 
 verl's side is its registered policy loss itself (tests/integrations/verl_reference.py calls
 `verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY[loss_mode]`; the case is skipped where
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from src.algorithms import policy_loss
+from src.algorithms import CLIP_STATES, policy_loss
 from tests.integrations.verl_reference import verl_policy_loss
 
 
@@ -52,6 +53,20 @@ CASES = [
                       old_scale=1.0, noise=6e-4,
                       exercised=lambda s: (s != 0).any() & (s == 0).any()),
                  id="gspo"),
+    # verl forces seq-mean-token-mean for sapo, whatever loss_agg_mode says
+    pytest.param(Case("sapo", {"tau_pos": 1.0, "tau_neg": 1.05}, {"aggregation": "seq-mean-token-mean"},
+                      agg="token-mean", noise=1.5,
+                      exercised=lambda s: s == CLIP_STATES.index("gated")),
+                 id="sapo"),
+    # the authors' script: thresholds on both sides, clip_ratio_c=10000
+    pytest.param(Case("dppo_tv", {"clip_ratio": 0.15, "clip_ratio_low": 0.15, "clip_ratio_high": 0.15,
+                                  "clip_ratio_c": 10000.0},
+                      old_scale=1.0, noise=0.3, exercised=lambda s: s == CLIP_STATES.index("masked")),
+                 id="dppo_tv"),
+    pytest.param(Case("dppo_kl", {"clip_ratio": 0.05, "clip_ratio_low": 0.05, "clip_ratio_high": 0.05,
+                                  "clip_ratio_c": 10000.0},
+                      old_scale=1.0, noise=0.3, exercised=lambda s: s == CLIP_STATES.index("masked")),
+                 id="dppo_kl"),
 ]
 
 

@@ -27,7 +27,9 @@ HAND = [
 def test_clip_states_constants():
     # The first four codes are stored in old token files: they never move.
     assert CLIP_STATES[:4] == ("none", "clip_low", "clip_high", "dual")
-    assert CLIP_STATES[4:] == ("masked", "trunc_low", "trunc_high", "kl_penalty")
+    assert CLIP_STATES[4:8] == ("masked", "trunc_low", "trunc_high", "kl_penalty")
+    # the 2025-26 clip family's, appended after them (sapo, gppo, aspo)
+    assert CLIP_STATES[8:] == ("gated", "preserved_low", "preserved_high", "dual_capped")
     assert AGGREGATIONS == ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from experiments.calibration.testbed_judge import (
@@ -114,14 +115,17 @@ def test_one_seed_under_two_override_levels_is_refused(capsys):
 def test_token_stats_are_not_taken_from_an_exports_sample(tmp_path):
     from experiments.calibration.testbed_targets import TOKEN_COLUMNS, token_stats
 
-    # one group with a correct response of 2 tokens and a failing one of 4, every ratio 1
+    # one group with a correct response of 2 tokens and a failing one of 4, every ratio 1;
+    # 2 of the 6 sampled tokens had p < 0.5 (p = 0.3 and 0.45)
     rows = pd.DataFrame({"step": 0, "update": 0, "response_id": [0, 0, 1, 1, 1, 1], "group_id": 0,
-                         "ratio": 1.0, "advantage": [1.0, 1.0, -1.0, -1.0, -1.0, -1.0],
+                         "position": [0, 1, 0, 1, 2, 3], "ratio": 1.0,
+                         "advantage": [1.0, 1.0, -1.0, -1.0, -1.0, -1.0],
                          "in_loss": True, "reward": [1.0, 1.0, 0.0, 0.0, 0.0, 0.0],
-                         "response_length": [2, 2, 4, 4, 4, 4]})[TOKEN_COLUMNS]
+                         "response_length": [2, 2, 4, 4, 4, 4],
+                         "logp_behavior": np.log([0.9, 0.3, 0.99, 0.45, 0.6, 0.8])})[TOKEN_COLUMNS]
     (tmp_path / "tokens").mkdir()
     rows.to_parquet(tmp_path / "tokens" / "step_000.parquet")
     whole = token_stats(tmp_path)
-    assert whole == {"band_mass": 0.0, "length_ratio": 2.0}  # r = 1 is in no band; 4 / 2
+    assert whole == {"band_mass": 0.0, "length_ratio": 2.0, "tail": 2 / 6}  # r = 1 is in no band; 4 / 2
     (tmp_path / "tokens" / "step_000.parquet").rename(tmp_path / "tokens" / "sampled.parquet")
     assert all(math.isnan(v) for v in token_stats(tmp_path).values())

@@ -124,6 +124,31 @@ def test_loss_equals_trl_loss(tmp_path, tokenizer, dataset, method, eps_high, ag
         assert trl._metrics["train"][name][-1] == pytest.approx(clip[name][-1], abs=1e-6)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sapo_through_the_plug_equals_trls_sapo(tmp_path, tokenizer, dataset, seed):
+    """A method added to the registry reaches TRL through the plug with no code of its own:
+    method="sapo" (its yaml: seq-mean-token-mean) gives TRL's own loss_type="sapo" (the
+    same gate, tau 1.0 / 1.05) on the same batch, loss and gradients. TRL does not clamp
+    log r as verl does; the batch's |log r| is far below 20."""
+    model = tiny_model(tokenizer)
+    model.train()
+    common = dict(steps_per_generation=1, max_completion_length=7)
+    trl = GRPOTrainer(model=model, reward_funcs=digit_reward, train_dataset=dataset,
+                      processing_class=tokenizer, args=grpo_args(tmp_path, loss_type="sapo", **common))
+    ours = ProjectGRPOTrainer(model=model, reward_funcs=digit_reward, train_dataset=dataset,
+                              processing_class=tokenizer, method="sapo",
+                              args=grpo_args(tmp_path, loss_type="dapo", **common))
+    assert ours.objective.aggregation == "seq-mean-token-mean"
+    inputs = make_batch(ours, model, tokenizer, seed=seed)
+    inputs["old_per_token_logps"] = inputs["old_per_token_logps"] + 1.5 * torch.randn(
+        inputs["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(seed))
+    ref_loss, ref_grad = loss_and_grads(GRPOTrainer._compute_loss, trl, model, inputs)
+    our_loss, our_grad = loss_and_grads(ProjectGRPOTrainer._compute_loss, ours, model, inputs)
+    torch.testing.assert_close(our_loss, ref_loss, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(our_grad, ref_grad, rtol=1e-5, atol=1e-7)
+    assert ref_loss.abs().item() > 0 and ref_grad.abs().max().item() > 0
+
+
 def test_staleness_knobs(tmp_path):
     args = grpo_args(tmp_path, **trl_knobs(4, epochs=2, gradient_accumulation_steps=2))
     assert (args.steps_per_generation, args.num_iterations) == (8, 2)

@@ -117,6 +117,9 @@ class TokenObjective:
 
     `value` is J_t with the graph; `weight` (detached) is w_t with dJ_t/dlogp_t = w_t A_t on
     the tokens whose state carries a gradient; `in_loss` the tokens aggregated over.
+    `record`: scalars of what the method did on this batch that no clip state or bound
+    holds (sapo's mean gate, dcpo's mean bounds), merged into the update record as a
+    decision's record is; taken on the whole mini-batch, as the metrics are.
     """
 
     value: Tensor
@@ -125,6 +128,7 @@ class TokenObjective:
     in_loss: Tensor
     c_low: float | None = None
     c_high: float | None = None
+    record: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -260,6 +264,8 @@ class Method:
             factor = token_weight.detach().to(value.dtype)
             value, weight = value * factor, weight * factor
         loss = -aggregate(value, t.in_loss, self.aggregation, self.norm_length, denominator=denominator)
+        if t.record:  # the method's own numbers of this batch, beside its decision's
+            decision = dataclasses.replace(decision, record={**decision.record, **t.record})
         return PolicyLossOutput(loss, x.ratio.detach(), t.state, t.in_loss, t.c_low, t.c_high,
                                 weight, decision)
 
@@ -275,3 +281,10 @@ def register(cls: type[Method]) -> type[Method]:
         raise TypeError(f"{cls.__name__}.Params must be a MethodParams dataclass")
     METHODS[cls.name] = cls
     return cls
+
+
+def mean_over(values: Tensor, where: Tensor) -> float | None:
+    """The mean of `values` over the tokens `where` (float64), for a method's record; None
+    when there are none."""
+    n = int(where.sum())
+    return float(values.detach()[where].double().sum()) / n if n else None

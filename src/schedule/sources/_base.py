@@ -100,6 +100,10 @@ class Source:
     help: ClassVar[str] = ""
     rank: ClassVar[int] = 0
     Params: ClassVar[type[SourceParams]] = SourceParams
+    # Whether its rollouts keep the sampler's own log-prob of every token (`Rollout.sampler_logp`):
+    # the mismatch corrections (src/corrections/) read them. A source that rebuilds responses
+    # without them sets False, and a run asking it for a correction stops before any work.
+    sampler_logprobs: ClassVar[bool] = True
 
     @classmethod
     def from_params(cls, params: SourceParams) -> Source:
