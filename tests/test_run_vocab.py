@@ -83,9 +83,9 @@ def test_the_clip_familys_states_are_appended_and_keep_a_gradient():
 
 
 def test_every_state_but_none_has_a_colour_in_the_token_viewer():
-    # the viewer colours tokens by state (analysis/token_view.js CLIP_COLORS); a state without
+    # the viewer colours tokens by state (analysis/reports/token_view.js CLIP_COLORS); a state without
     # an entry would show as `none`
-    script = (REPO / "analysis" / "token_view.js").read_text()
+    script = (REPO / "analysis" / "reports" / "token_view.js").read_text()
     colours = re.search(r"const CLIP_COLORS = \{(.*?)\};", script, re.S).group(1)
     coloured = set(re.findall(r"(\w+):\s*\"#", colours))
     assert coloured == set(run_vocab.CLIP_STATE_NAMES[1:])
