@@ -18,11 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.core.entropy_law import drift_of
 from analysis.core.final import updates_per_step, warmup_steps
 from analysis.core.loader import Run, RunSet
 from analysis.core.search_ceiling import annotate
 from analysis.core.search_outcomes import searches_bounds
-from analysis.core.summary import run_summary
+from analysis.core.summary import drift_windows, run_summary
 from src.updates import lag_range
 
 # Sources whose lag is a range fixed by the config.
@@ -106,14 +107,40 @@ def _measured_lags(runs: RunSet) -> dict[tuple[str, str], float]:
     return {k: float(v) for k, v in lag.groupby(u["run_id"].map(cell)).mean().items()}
 
 
+STEADY_STEP_MEANS = {"length_pos": "response_length_pos", "length_neg": "response_length_neg"}
+
+
+def with_steady_steps(s: pd.DataFrame, runs: RunSet, warmup: pd.Series,
+                      last_k: int = 5) -> pd.DataFrame:
+    """The run summary's step quantities over the steady steps only (a delay queue's first
+    K steps train on the initial weights' rollouts and say nothing of its lag): the entropy
+    drift (its windows as drift_windows gives them, from the first steady step) and the
+    response lengths by sign."""
+    st = runs.steps
+    st = st[st["step"] >= st["run_id"].map(warmup).fillna(0)].sort_values(["run_id", "step"])
+    windows = drift_windows(runs, last_k)
+    entropy = pd.to_numeric(st["entropy_mean"], errors="coerce") if "entropy_mean" in st else None
+    out = s.set_index("run_id")
+    if entropy is not None:
+        out["entropy_drift"] = entropy.groupby(st["run_id"], observed=True).apply(
+            lambda e: drift_of(e, windows.get(e.name, last_k)))
+    for col, key in STEADY_STEP_MEANS.items():
+        if key in st:
+            out[col] = pd.to_numeric(st[key], errors="coerce").groupby(
+                st["run_id"], observed=True).mean()
+    return out.reset_index()
+
+
 def lag_summary(runs: RunSet) -> pd.DataFrame:
-    """run_summary (final accuracy, entropy drift, ...) plus lag columns and the steady
-    part's clip fraction, mean |log r|, rho before the search and grad-clip share."""
+    """run_summary (final accuracy, ...) plus lag columns and the steady part's entropy
+    drift, response lengths, clip fraction, mean |log r|, rho before the search and
+    grad-clip share: every lag quantity over the steady steps and updates."""
     s = run_summary(runs)
     if s.empty:
         return s
     lags = lag_table(runs).drop(columns=["method", "seed", "experiment"])
     s = s.merge(lags, on="run_id", how="left")
+    s = with_steady_steps(s, runs, lags.set_index("run_id")["warmup_steps"])
     u = steady_updates(runs)
     if u.empty:
         return s

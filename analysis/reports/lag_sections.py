@@ -43,10 +43,12 @@ CELLS_INTRO = (
     "optimizer updates in the second column: a delay queue's warm-up steps count, so lags "
     "differ in updates at equal steps on their own rollouts); `− step 0`: final minus the "
     "run's own eval at step 0, before any update (a cell whose gain is near 0 has not "
-    "learned: its comparisons say how methods lose, not what they gain); entropy drift = "
-    "mean of the last 5 steps minus the first 5 (negative: fell); clip frac, mean abs log r, "
-    "rho before search and grad-norm clipped over the steady updates; lengths in tokens of "
-    "the responses with positive and negative advantage."
+    "learned: its comparisons say how methods lose, not what they gain). Every other column "
+    "is over the steady steps and updates (a delay queue's warm-up left out): entropy drift "
+    "= mean of the last 5 steady steps minus the first 5 (negative: fell; a lag-0 cell in a "
+    "suite at equal updates, as the grid's: windows of equal updates); clip frac, mean abs "
+    "log r, rho before search and grad-norm clipped; lengths in tokens of the responses "
+    "with positive and negative advantage."
 )
 
 

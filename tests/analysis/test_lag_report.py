@@ -484,3 +484,18 @@ def test_task_label_names_the_params_a_run_changes_from_the_task_yaml():
     assert task_label({"name": "guess_check", "params": {"max_value": 20}}) == "`guess_check`"
     assert task_label({"name": "guess_check", "params": {"max_value": 30}}) == "`guess_check` (max_value 30)"
     assert task_label({}) == "`arithmetic`"
+
+
+def test_every_lag_quantity_is_over_the_steady_steps(tmp_path, write_run):
+    from analysis.core.lags import lag_summary
+
+    # a delay of 2 steps: steps 0 and 1 train on the initial weights' rollouts
+    run = _delayed(write_run, tmp_path, "ppo", 0, 2, steps=12)
+    s = lag_summary(load_runs([tmp_path])).iloc[0]
+    steps = pd.DataFrame(run.steps)
+    steady = steps[steps["step"] >= 2]
+    e = steady["entropy_mean"]
+    assert s["entropy_drift"] == pytest.approx(e.tail(5).mean() - e.head(5).mean())
+    assert s["length_neg"] == pytest.approx(steady["response_length_neg"].mean())
+    whole = steps["entropy_mean"]  # what it was before: the warm-up's steps in the first window
+    assert s["entropy_drift"] != pytest.approx(whole.tail(5).mean() - whole.head(5).mean())
