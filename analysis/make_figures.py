@@ -61,7 +61,7 @@ FIGURES: tuple[Figure, ...] = (
 
 
 TEXT_OUTPUTS = ("REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "runs.csv",
-                "bapo_search.csv")
+                "bapo_search.csv", "batch_claims.csv")
 SUITES_DIR = "suites"  # figures of every suite but the largest, one dir each
 
 

@@ -126,8 +126,10 @@ class Suite:
         return MEASURES[built.measure](self.runs, chosen) if chosen else ""
 
     def at(self, cell: Cell, k: int) -> pd.DataFrame:
-        level = k if cell.level == EACH else cell.level
         s = self.s
+        if cell.experiment is not None:  # a cell named by its experiment, at its one level
+            return s[(s["method"] == cell.method) & (s["experiment"] == cell.experiment)]
+        level = k if cell.level == EACH else cell.level
         return s[(s["method"] == cell.method) & (s["staleness"] == level)]
 
     def stale(self, method: str) -> list[int]:
@@ -137,7 +139,8 @@ class Suite:
     def experiments(self, row: Row) -> str:
         """The experiments of every cell the row reads, at every level it is tested at."""
         used = [self.at(side.cell, k) for side in row.sides
-                for k in (self.stale(side.cell.method) if side.cell.level == EACH else [0])]
+                for k in (self.stale(side.cell.method)
+                          if side.cell.level == EACH and side.cell.experiment is None else [0])]
         used = [u for u in used if len(u)]
         if not used:
             return ""
@@ -156,7 +159,7 @@ class Suite:
 
 def judge_row(suite: Suite, row: Row) -> Claim:
     c = verdicts.claim_of(row, experiments=suite.experiments(row))
-    if not any(side.cell.level == EACH for side in row.sides):
+    if not any(side.cell.level == EACH and side.cell.experiment is None for side in row.sides):
         c = verdicts.judge(c, row, suite.measure(row, 0))
     else:
         levels = suite.stale(row.sides[0].cell.method)

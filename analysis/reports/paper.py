@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.claims import verdicts
+from analysis.claims.batch import batch_claims
 from analysis.claims.paper import claims_table
 from analysis.claims.random_reward import random_suites, suite_claims
 from analysis.core.final import FINAL_EVALS
@@ -20,7 +21,14 @@ from analysis.core.loader import RunSet
 from analysis.core.pilots import one_seed_cells
 from analysis.core.search_outcomes import search_outcomes
 from analysis.reports.claim_counts import claim_counts
-from analysis.reports.markdown import md_table, order_cells, suite_labels
+from analysis.reports.markdown import (
+    holm_counts,
+    md_table,
+    order_cells,
+    shown_claims,
+    suite_labels,
+    verdict_counts,
+)
 from analysis.reports.paper_sections import (
     SuiteFigures,
     apart_lines,
@@ -115,6 +123,26 @@ def _learning_lines(runs: RunSet, summary: pd.DataFrame, suites: list[str]) -> l
             "claim rows say so in their notes.", "", md_table(table), ""]
 
 
+def _batch_lines(summary: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
+    """The section of the 1x control at the 4x update size (analysis/claims/batch.py), its
+    own table for Holm; none where none of its cells is here."""
+    claims = batch_claims(summary)
+    if claims.empty:
+        return [], claims
+    claims = verdicts.table(claims)
+    shown = shown_claims(claims)[["claim", "paper", "measured", "criterion", "verdict",
+                                  "after Holm", "note"]]
+    return ["## Staleness against data and batch size", "",
+            "The grid's 4x - 1x compares at equal updates, but 1x trains on 128 responses per "
+            "update and 4x on mini-batches of 32 of a quarter as many rollouts. The 1x control "
+            "at the 4x update size (ramble_1x_b32: 32 responses per update, a fresh rollout "
+            "each update, 120 updates) separates the two: 4x - 1x_b32 is the cost of reuse at "
+            "equal update size, 1x_b32 - 1x the cost of the smaller batch. Paired by seed; "
+            "primary metric greedy, as the control's sweep declared before its runs.", "",
+            f"Verdicts: {verdict_counts(claims)}.", "", holm_counts(claims), "",
+            md_table(shown), ""], claims
+
+
 def write_report(
     runs: RunSet,
     summary: pd.DataFrame,
@@ -130,12 +158,16 @@ def write_report(
     claims = suite_tables(runs, summary, last_k)
     search = search_outcomes(runs)
     search = order_cells(search, suites) if not search.empty else search
+    batch, batch_table = _batch_lines(summary)
     _write_csvs(out, runs, results, claims, search)
+    if not batch_table.empty:
+        batch_table.to_csv(out / "batch_claims.csv", index=False)
     text = [
         *_intro(runs, roots), *build_lines(runs), *summary_lines(claims, suites),
         *suites_lines(runs, claims, suites),
         "## Runs (one row per cell)", "", md_table(runs_markdown(summary, suites)), "",
         *_results_lines(results, suites, last_k), *_learning_lines(runs, summary, suites),
+        *batch,
         *apart_lines(apart, suites), *random_reward_lines(runs, summary, last_k),
         *claims_lines(claims, suites), *search_lines(search, suites), *figure_lines(runs, figures),
         "## Data problems", "", *([f"- {m}" for m in runs.messages] or ["none"]), "",

@@ -90,3 +90,31 @@ def test_a_comparison_says_which_of_its_cells_does_not_learn():
     assert f"bapo does not learn here: sampled gain over its warm start +0.000 ± {half:.3f} " \
            "(n=3)" in note
     assert "ppo does not learn" not in note
+
+
+def test_the_batch_control_rows_pair_cells_named_by_experiment_across_suites():
+    from analysis.claims.batch import batch_claims
+
+    # greedy by seed: 1x 0.40, 0.42, 0.44; 1x_b32 0.35, 0.36, 0.38; 4x 0.30, 0.33, 0.34
+    greedy = {"ramble_1x": (0.40, 0.42, 0.44), "ramble_1x_b32": (0.35, 0.36, 0.38),
+              "ramble_4x": (0.30, 0.33, 0.34)}
+    rows = [{"suite": "b32" if exp.endswith("b32") else "grid", "experiment": exp,
+             "method": "ppo", "staleness": 4 if exp == "ramble_4x" else 1, "seed": seed,
+             "final_greedy_acc": g, "final_sampled_acc": 0.3}
+            for exp, values in greedy.items() for seed, g in enumerate(values)]
+    c = batch_claims(pd.DataFrame(rows)).set_index("claim")
+
+    def row(text):
+        return c.filter(like=text, axis=0).iloc[0]
+
+    # 4x - 1x_b32 by seed: -0.05, -0.03, -0.04: mean -0.04, sd 0.01, ± 4.303 * 0.01 / sqrt 3
+    r = row("equal update size")
+    assert r["value"] == pytest.approx(-0.04) and r["verdict"] == "held"
+    assert "4x − 1x_b32 -0.040 ± 0.025 (n=3; 3 of 3 seeds < 0)" in r["basis"]
+    # 1x_b32 - 1x: -0.05, -0.06, -0.06; 4x - 1x: -0.10, -0.09, -0.10
+    assert row("smaller batch")["value"] == pytest.approx(-0.17 / 3)
+    assert row("at equal updates: ppo 4x - 1x")["value"] == pytest.approx(-0.29 / 3)
+    missing = batch_claims(pd.DataFrame(rows[:6]))  # no 4x
+    assert list(missing["verdict"]) == ["no data", "no data", "held"]
+    assert "sweep `testbed_batch_control`" in missing["note"].iat[0]
+    assert batch_claims(pd.DataFrame(rows).assign(experiment="staleness_4x")).empty
