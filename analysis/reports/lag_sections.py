@@ -74,6 +74,32 @@ def positive_share_by_lag(updates: pd.DataFrame) -> pd.DataFrame:
                          "rho < 0.4": g["below"].mean().round(3)})
 
 
+def equally_spaced(steps: str) -> bool:
+    """'80/100/120' is, '40/45/46' is not."""
+    x = [int(v) for v in steps.split("/")]
+    return len({b - a for a, b in zip(x, x[1:], strict=False)}) <= 1
+
+
+def _spacing_lines(s: pd.DataFrame) -> list[str]:
+    """The cells whose last evals are not equally spaced: the run's end is off its
+    eval.every grid, so its final accuracy weighs the end twice (src/preflight.py warns of
+    this before a run)."""
+    if "final_eval_steps" not in s:
+        return []
+    uneven = []
+    ordered = s.sort_values("lag_low", kind="stable") if "lag_low" in s else s
+    for lag, g in ordered.groupby("lag", sort=False):
+        uneven += [f"lag {lag} (steps {steps})" for steps in sorted(set(
+            g["final_eval_steps"].dropna())) if not equally_spaced(steps)]
+    if not uneven:
+        return []
+    return [f"Final evals not equally spaced: {', '.join(uneven)}. The run's end is off its "
+            "eval.every grid, so its last two evals sit a few steps apart and the final "
+            "accuracy weighs the end twice; cells at one lag share their evals, so their "
+            "comparisons are aligned, but evals belong at fixed update intervals "
+            "(src/preflight.py now warns of this before a run).", ""]
+
+
 def _claims_lines(claims: pd.DataFrame) -> list[str]:
     shown = shown_claims(claims)[["claim", "paper", "measured", "verdict", "after Holm", "note"]]
     return [f"## Claims ({verdict_counts(claims)})", "", holm_counts(claims), "",
@@ -171,7 +197,7 @@ def markdown(s: pd.DataFrame, claims: pd.DataFrame, drawn: Drawn, warm: str,
         f"(task {tasks}; warm start `{warm}`; every run shares it). {INTRO}", "",
         *_claims_lines(claims),
         "## Cells (mean over seeds)", "", CELLS_INTRO, "",
-        md_table(cell_table(s).astype(object).fillna("—")), "",
+        md_table(cell_table(s).astype(object).fillna("—")), "", *_spacing_lines(s),
         *_paired_lines(s), *_variant_lines(variants), *_ratio_lines(ref_updates), *_anchor_lines(s),
         *_figure_lines(drawn),
     ]

@@ -499,3 +499,13 @@ def test_every_lag_quantity_is_over_the_steady_steps(tmp_path, write_run):
     assert s["length_neg"] == pytest.approx(steady["response_length_neg"].mean())
     whole = steps["entropy_mean"]  # what it was before: the warm-up's steps in the first window
     assert s["entropy_drift"] != pytest.approx(whole.tail(5).mean() - whole.head(5).mean())
+
+
+def test_final_evals_off_the_eval_grid_are_named():
+    from analysis.reports.lag_sections import _spacing_lines, equally_spaced
+
+    assert equally_spaced("80/100/120") and equally_spaced("10/20") and not equally_spaced("40/45/46")
+    s = pd.DataFrame({"lag": ["64-67", "64-67", "0"], "final_eval_steps": ["40/45/46"] * 2 + ["80/100/120"]})
+    (line, _) = _spacing_lines(s)
+    assert line.startswith("Final evals not equally spaced: lag 64-67 (steps 40/45/46). ")
+    assert _spacing_lines(s[s["lag"] == "0"]) == []
