@@ -31,6 +31,7 @@ from analysis.figures import bounds as fig_bounds  # noqa: E402
 from analysis.figures import entropy_law as fig_entropy_law  # noqa: E402
 from analysis.figures import eval_steps as fig_eval_steps  # noqa: E402
 from analysis.figures import final as fig_final  # noqa: E402
+from analysis.figures import prob_tail  # noqa: E402
 from analysis.figures import quadrants as fig_quadrants  # noqa: E402
 from analysis.figures import ratio as fig_ratio  # noqa: E402
 from analysis.figures import rho as fig_rho  # noqa: E402
@@ -45,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIGURES: tuple[Figure, ...] = (
     Figure("fig02_staleness_ppo", fig_training.fig02_staleness),
     Figure("fig04_contribution_by_sign", fig_training.fig04_contribution),
-    Figure("fig05_prob_by_is_weight", fig_tokens.fig05_prob_by_ratio),
+    Figure("fig05_prob_by_is_weight", prob_tail.fig05_prob_by_ratio),
     Figure("fig06_length_by_sign", fig_training.fig06_length),
     Figure("fig07_asymmetric_clips", fig_training.fig07_asymmetric),
     Figure("fig08_bapo_bounds", fig_bounds.fig08_bapo_bounds),

@@ -87,7 +87,8 @@ def _outcome_panel(ax: plt.Axes, t: pd.DataFrame, cells: list[tuple[str, str]]) 
                                       for m, lag in cells], fontsize=7)
     ax.set_ylabel("share of updates")
     ax.set_title("how the search ended (n updates)", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    # below the tick labels: inside the panel it covered the last bar
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, frameon=False)
 
 
 def _rho_before_panel(ax: plt.Axes, updates: pd.DataFrame, cells: list[tuple[str, str]]) -> None:

@@ -1,116 +1,25 @@
-"""Token-level figures from the Parquet parts (paper Figs 5 and 10; the entropy quadrants are
-analysis/figures/quadrants.py)."""
+"""Token-level figures from the Parquet parts (paper Fig 10; Fig 5 is
+analysis/figures/prob_tail.py, the entropy quadrants analysis/figures/quadrants.py)."""
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
-from analysis.claims.paper import BASELINE
 from analysis.core import style
 from analysis.core.loader import RUN_COLS, Run, RunSet
-from analysis.core.plotting import finish_legends, sample_note, stx, suptitle
+from analysis.core.plotting import sample_note, stx, suptitle
 from analysis.figures.contract import FigureResult, Options, require, save
 
-BASE = BASELINE  # the paper's baseline (analysis/claims/paper.py): Fig 5 draws its tokens
 SIGN_COLORS = {"A>0": "#009E73", "A<0": "#CC79A7"}  # Okabe-Ito; no method uses them
-RATIO_EDGES = [0.0, 0.6, 0.8, 1.0, 1.2, 1.4, 2.0, math.inf]
-RATIO_LABELS = ["<0.6", "0.6-0.8", "0.8-1.0", "1.0-1.2", "1.2-1.4", "1.4-2.0", ">=2.0"]
 # High and low probability tokens (the token viewer's default split). At probability 0.5,
 # not the median: a fixed split means "the model prefers this token" and lets the shares
 # move between runs, while a median split would pin each half at 50% by construction.
 PROB_SPLIT = 0.5
-
-
-def ratio_bin(ratio: pd.Series) -> pd.Categorical:
-    # [lo, hi): on-policy tokens (ratio exactly 1) land in "1.0-1.2".
-    return pd.cut(ratio, RATIO_EDGES, labels=RATIO_LABELS, right=False)
-
-
-def sign_label(adv: pd.Series) -> pd.Series:
-    return pd.Series(np.where(adv > 0, "A>0", "A<0"), index=adv.index)
-
-
-# A box over fewer tokens than this says little: fig 5 leaves it out and shows its count.
-MIN_BOX_TOKENS = 30
-PROB_AXIS = "token probability under π_θ (0-1)"
-
-
-def fig05_prob_by_ratio(runs: RunSet, opts: Options) -> FigureResult:
-    """Fig 5: token probability exp(logp) per IS-weight bin, split by advantage sign.
-    `logp` is the current policy's log-prob before the update's step, so the probability
-    is π_θ's, the policy being trained (not the behaviour policy that sampled the token)."""
-    chosen = runs.select(lambda r: r.method == BASE and r.staleness > 1 and bool(r.token_parts))
-    require(bool(chosen), f"no off-policy (staleness > 1) '{BASE}' runs with token parts")
-    tok = runs.tokens(["logp", "ratio", "advantage"], chosen, sample=opts.box_rows)
-    require(not tok.empty, "token parts of the chosen runs could not be read")
-    tok = tok[tok["advantage"] != 0]  # A = 0 tokens carry no gradient and have no sign
-    data = tok[RUN_COLS].copy()
-    data["prob"] = np.exp(tok["logp"].astype("float64"))
-    data["ratio_bin"] = ratio_bin(tok["ratio"])
-    data["sign"] = sign_label(tok["advantage"])
-    counts = box_counts(data)
-    data["drawn"] = data.join(counts["drawn"], on=["staleness", "ratio_bin", "sign"])["drawn"]
-    levels = sorted(data["staleness"].unique())
-    fig, axes = plt.subplots(
-        1, len(levels), figsize=(max(7.0, 4.4 * len(levels) + 1.0), 4.1), squeeze=False,
-        sharey=True
-    )
-    for ax, k in zip(axes.flat, levels, strict=True):
-        here = data[(data["staleness"] == k)]
-        with warnings.catch_warnings():  # seaborn 0.13 passes matplotlib's deprecated `vert`
-            warnings.filterwarnings("ignore", message="vert: bool was deprecated")
-            sns.boxplot(
-                data=here[here["drawn"]],
-                x="ratio_bin",
-                y="prob",
-                hue="sign",
-                order=RATIO_LABELS,
-                hue_order=list(SIGN_COLORS),
-                palette=SIGN_COLORS,
-                showfliers=False,
-                linewidth=0.8,
-                ax=ax,
-            )
-        n = counts.loc[k]
-        ax.set_xticks(range(len(RATIO_LABELS)))
-        ax.set_xticklabels([f"{b}\n{_count(n, b, 'A>0')}\n{_count(n, b, 'A<0')}"
-                            for b in RATIO_LABELS], fontsize=7)
-        seeds = here["seed"].nunique()
-        ax.set_title(f"{BASE} {stx(k)} ({seeds} seed{'s' if seeds != 1 else ''})")
-        ax.set_xlabel("IS weight π_θ/π_behaviour, bin; below: tokens A>0, A<0")
-        ax.set_ylabel(PROB_AXIS)
-    finish_legends(fig, list(axes.flat))
-    suptitle(fig, "Token probability under π_θ (the policy being trained, before the update's "
-             "step) per IS-weight bin, by advantage sign (tokens with A≠0, "
-             f"every update; {sample_note(chosen)}).\nBox: quartiles, "
-             f"whiskers: 1.5 IQR, outliers hidden; a box over fewer than {MIN_BOX_TOKENS} "
-             "tokens is left out (its count in brackets)", fontsize=9)
-    fig.tight_layout()
-    name = "fig05_prob_by_is_weight"
-    return FigureResult(name, save(fig, name, opts), data.reset_index(drop=True),
-                        {"counts": counts.reset_index()})
-
-
-def box_counts(data: pd.DataFrame) -> pd.DataFrame:
-    """Tokens per (staleness, IS-weight bin, sign), and whether the box is drawn."""
-    n = data.groupby(["staleness", "ratio_bin", "sign"], observed=False).size()
-    counts = n.rename("tokens").to_frame()
-    counts["drawn"] = counts["tokens"] >= MIN_BOX_TOKENS
-    return counts
-
-
-def _count(n: pd.DataFrame, ratio_bin: str, sign: str) -> str:
-    tokens = int(n.loc[(ratio_bin, sign), "tokens"]) if (ratio_bin, sign) in n.index else 0
-    return f"{tokens:,}" if tokens >= MIN_BOX_TOKENS else f"({tokens})"
-
-
 def _common_staleness(runs: RunSet) -> list[Run]:
     """The runs with token parts at the one staleness > 1 that the most methods share (ties:
     the higher), so every panel compares methods at the same staleness."""
@@ -163,11 +72,11 @@ def _fig10_axes(ax: plt.Axes, d: pd.DataFrame, norm: plt.Normalize) -> None:
         ax.scatter(x[mask], o["prob"][mask], c=o["entropy"][mask], cmap="viridis", norm=norm,
                    s=5, marker=marker, linewidths=0, alpha=0.6, rasterized=True)
     fixed = not d["adaptive_bounds"].iat[0] and d["c_low"].notna().iat[0]
+    clip = ""
     if fixed and d["c_high"].notna().iat[0]:  # a fixed token-ratio clip: where it cuts
         for bound in (d["c_low"].iat[0], d["c_high"].iat[0]):
             ax.axvline(bound, color="#D55E00", lw=0.8, ls="--")
-        ax.text(0.03, 0.97, f"clip [{d['c_low'].iat[0]:g}, {d['c_high'].iat[0]:g}]",
-                transform=ax.transAxes, fontsize=7, va="top", color="#D55E00")
+        clip = f", clip [{d['c_low'].iat[0]:g}, {d['c_high'].iat[0]:g}]"
     ax.axvline(1.0, color="0.5", lw=0.8, ls=":")
     ax.set_xscale("log", base=2)
     ax.set_xlim(RATIO_VIEW[0] / 1.08, RATIO_VIEW[1] * 1.08)
@@ -175,11 +84,10 @@ def _fig10_axes(ax: plt.Axes, d: pd.DataFrame, norm: plt.Normalize) -> None:
     ax.xaxis.set_minor_locator(mticker.NullLocator())
     ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_ylim(-0.02, 1.02)
-    ax.text(0.97, 0.03, f"{d['near_one_share'].iat[0]:.0%} of {d['stale_tokens'].iat[0]:,} "
-            f"tokens\nat {NEAR_ONE[0]:g}-{NEAR_ONE[1]:g}", transform=ax.transAxes,
-            fontsize=7, ha="right", va="bottom",
-            bbox={"facecolor": "white", "alpha": 0.85, "lw": 0, "pad": 1})
-    ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])}", fontsize=9)
+    # what the dots hide, and the clip, in the title: inside the panel they crossed a bound
+    ax.set_title(f"{d['method'].iat[0]} {stx(d['staleness'].iat[0])}{clip}\n"
+                 f"{d['near_one_share'].iat[0]:.0%} of {d['stale_tokens'].iat[0]:,} stale "
+                 f"tokens at {NEAR_ONE[0]:g}-{NEAR_ONE[1]:g}", fontsize=9)
 
 
 def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
@@ -216,8 +124,9 @@ def fig10_prob_ratio_entropy(runs: RunSet, opts: Options) -> FigureResult:
     suptitle(fig, f"Token probability (π_θ before the update) vs IS weight (log scale), tokens "
              f"of stale updates (update >= 1), every method at {level}; "
              f"{sample_note(chosen)}.\nDots: up to {dots:,} tokens per run, drawn at random; "
-             f"most tokens sit at a weight of {NEAR_ONE[0]:g}-{NEAR_ONE[1]:g} (share in the "
-             "corner, of all stale tokens), where dots overlap.\nDashed: a fixed method's "
-             "clip bounds. Weights outside [1/4, 4] are drawn at the edge (>).", fontsize=10)
+             f"most tokens sit at a weight of {NEAR_ONE[0]:g}-{NEAR_ONE[1]:g} (their share of "
+             "all stale tokens under each panel's title), where dots overlap.\nDashed: a fixed "
+             "method's clip bounds. Weights outside [1/4, 4] are drawn at the edge (>).",
+             fontsize=10)
     name = "fig10_prob_is_entropy"
     return FigureResult(name, save(fig, name, opts), data)

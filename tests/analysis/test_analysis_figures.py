@@ -193,30 +193,30 @@ def test_fig09_bapo_vs_ppo(sweep, runset, opts):
 
 
 def test_fig05_prob_by_ratio(sweep, runset, opts):
+    from analysis.figures import prob_tail
+
     _, written = sweep
-    res = fig_tokens.fig05_prob_by_ratio(runset, opts)
+    res = prob_tail.fig05_prob_by_ratio(runset, opts)
     assert_files(res)
     tok = tokens(written, lambda m, k, s: m == "ppo" and k > 1)
     tok = tok[tok["advantage"] != 0]
-    edges = [0, 0.6, 0.8, 1.0, 1.2, 1.4, 2.0, np.inf]
-    tok["bin"] = pd.cut(tok["ratio"], edges, right=False, labels=False)
+    # ppo's clip [0.8, 1.2]: below, inside, above; 1 - p with p under pi_theta, floored at 1e-6
+    tok["group"] = np.where(tok["ratio"] < 0.8, "below",
+                            np.where(tok["ratio"] >= 1.2, "above", "inside"))
     tok["sign"] = np.where(tok["advantage"] > 0, "A>0", "A<0")
-    tok["prob"] = np.exp(tok["logp"].astype("float64"))
-    exp = tok.groupby(["staleness", "bin", "sign"])["prob"].agg(["count", "median"])
-    got = res.data.assign(bin=res.data["ratio_bin"].cat.codes)
-    got = got.groupby(["staleness", "bin", "sign"])["prob"].agg(["count", "median"])
-    pd.testing.assert_frame_equal(
-        got.sort_index(), exp.sort_index(), check_dtype=False, check_index_type=False
-    )
-    # The counts under each bin, and which boxes are drawn (>= 30 tokens), by hand.
-    n = tok.groupby(["staleness", "bin", "sign"]).size()
-    counts = res.extra["counts"].assign(bin=res.extra["counts"]["ratio_bin"].cat.codes)
-    counts = counts.set_index(["staleness", "bin", "sign"])
+    tok["one_minus_p"] = np.maximum(1 - np.exp(tok["logp"].astype("float64")), 1e-6)
+    exp = tok.groupby(["staleness", "group", "sign"])["one_minus_p"].agg(["count", "median"])
+    got = res.data.groupby(["staleness", "group", "sign"])["one_minus_p"].agg(["count", "median"])
+    pd.testing.assert_frame_equal(got.sort_index(), exp.sort_index(), check_dtype=False,
+                                  check_index_type=False)
+    # every (staleness, group, sign) is listed, empty ones with 0; a line needs 20 tokens
+    counts = res.extra["counts"].set_index(["staleness", "group", "sign"])
+    n = tok.groupby(["staleness", "group", "sign"]).size()
     assert counts.loc[n.index, "tokens"].tolist() == n.tolist()
-    assert counts["tokens"].sum() == len(tok)  # empty bins are listed with 0
-    assert (counts["drawn"] == (counts["tokens"] >= 30)).all()
+    assert counts["tokens"].sum() == len(tok) and len(counts) == 2 * 3 * 2  # 2x, 4x
+    assert (counts["drawn"] == (counts["tokens"] >= 20)).all()
     with pytest.raises(SkipFigure, match="staleness > 1"):
-        fig_tokens.fig05_prob_by_ratio(runset.subset(lambda r: r.staleness == 1), opts)
+        prob_tail.fig05_prob_by_ratio(runset.subset(lambda r: r.staleness == 1), opts)
 
 
 def test_fig10_prob_ratio_entropy(sweep, runset, opts):

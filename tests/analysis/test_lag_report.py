@@ -384,6 +384,11 @@ def test_lag_training_draws_a_line_per_lag_and_says_when_there_is_one(tmp_path, 
     steps, lags = coupled_with_lag(runs, "ppo")
     res = fig_lag_training(steps, lags, Options(out=tmp_path, formats=("png",), dpi=30))
     assert set(res.data["lag"]) == {"4-7", "16-19"}  # one line per lag, every metric
+    # x in optimizer updates: 4 a step at 4x, the end of step s at (s + 1) * 4; a delay of 4
+    # steps trains on the initial weights' rollouts up to update 16 (dotted there)
+    late = res.data[(res.data["lag"] == "16-19") & (res.data["metric"] == "reward_mean")]
+    assert sorted(late["updates"]) == [4 * (s + 1) for s in range(6)]
+    assert late.set_index("updates")["warm_up"].to_dict() == {u: u <= 16 for u in late["updates"]}
     assert res.extra["title"]["title"].iat[0].startswith("ppo's training by lag (2 lags)")
     one = lags[lags["lag"] == "4-7"]
     res = fig_lag_training(steps[steps["run_id"].isin(one["run_id"])], one,
