@@ -2,10 +2,10 @@
 control at the 4x update size (`ramble_1x_b32`, sweep `testbed_batch_control`).
 
 At equal updates (120 each) the grid's 1x trains on 120 rollouts of 128 responses per
-update and its 4x on 30 rollouts in mini-batches of 32, so 4x - 1x mixes reuse with data
+update and its 4x on 30 rollouts in mini-batches of 32, so 4x - 1x mixes staleness with data
 and batch size. The control is on-policy with 32 responses per update and a fresh rollout
-each update: 4x - 1x_b32 is the cost of reuse at equal update size, 1x_b32 - 1x the cost of
-the smaller batch at equal updates. The three cells sit in two suites (the control draws 4
+each update: 4x - 1x_b32 is the cost of staleness at equal update size and equal data,
+1x_b32 - 1x the cost of the smaller batch and the quarter of the data at equal updates. The three cells sit in two suites (the control draws 4
 prompts a step, the grid 16), so these rows name their cells by experiment and read the
 whole run summary; paired by seed (the same 8 seeds, fixed before the runs). Primary metric
 greedy, as the control's sweep declared before its runs; sampled beside it.
@@ -37,14 +37,15 @@ def _row(key: str, claim: str, paper: str, a: tuple[str, str], b: tuple[str, str
 
 ROWS: tuple[Row, ...] = (
     _row("reuse_and_batch", "Staleness costs accuracy at equal updates: ppo 4x - 1x (120 "
-         "updates each; 32 against 128 responses per update)",
+         "updates each; 1x sees 128 responses per update, 4x 32, a quarter of the data)",
          "staleness costs (the premise of Fig. 2)", (EQUAL_SIZE, "4x"), (EQUAL_UPDATES, "1x")),
-    _row("reuse", "Staleness costs accuracy at equal update size: ppo 4x - 1x_b32 (32 "
-         "responses per update each; 4x reuses each rollout 4 times)",
+    _row("reuse", "Staleness costs accuracy at equal update size and data: ppo 4x - 1x_b32 "
+         "(32 responses per update, 3,840 in all, each; 4x trains each rollout over 4 "
+         "updates, its mini-batches 0-3 updates stale)",
          "staleness costs (the premise of Fig. 2)", (EQUAL_SIZE, "4x"), (CONTROL, "1x_b32")),
-    _row("batch", "The smaller batch costs accuracy at equal updates: ppo 1x_b32 - 1x (a "
-         "fresh rollout each update; 32 against 128 responses)",
-         "not the paper's: the control that separates batch size from reuse",
+    _row("batch", "The smaller batch costs accuracy at equal updates: ppo 1x_b32 - 1x (both "
+         "on-policy; 32 against 128 responses per update, a quarter of the data)",
+         "not the paper's: the control that separates batch size and data from staleness",
          (CONTROL, "1x_b32"), (EQUAL_UPDATES, "1x")),
 )
 

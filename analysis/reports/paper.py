@@ -136,9 +136,10 @@ def _batch_lines(summary: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
             "The grid's 4x - 1x compares at equal updates, but 1x trains on 128 responses per "
             "update and 4x on mini-batches of 32 of a quarter as many rollouts. The 1x control "
             "at the 4x update size (ramble_1x_b32: 32 responses per update, a fresh rollout "
-            "each update, 120 updates) separates the two: 4x - 1x_b32 is the cost of reuse at "
-            "equal update size, 1x_b32 - 1x the cost of the smaller batch. Paired by seed; "
-            "primary metric greedy, as the control's sweep declared before its runs.", "",
+            "each update, 120 updates) separates the two: 4x - 1x_b32 is the cost of staleness "
+            "at equal update size and data, 1x_b32 - 1x the cost of the smaller batch and data. "
+            "Paired by seed; primary metric greedy, as the control's sweep declared before its "
+            "runs.", "",
             f"Verdicts: {verdict_counts(claims)}.", "", holm_counts(claims), "",
             md_table(shown), ""], claims
 
