@@ -87,7 +87,9 @@ def learning_table(summary: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
         for col, word in (("gain_sampled_acc", "sampled"), ("gain_greedy_acc", "greedy")):
             if col in g:
                 gain = g[col].dropna()
-                row[f"{word}: final − step 0"] = (f"{fmt_ci(*mean_ci(gain))} "
+                m, lo, hi, n = mean_ci(gain)
+                text = fmt_ci(m, lo, hi, n)
+                row[f"{word}: final − step 0"] = (f"{'+' if m >= 0 else ''}{text} "
                                                   f"({int((gain > 0).sum())} of {len(gain)} > 0)")
         rows.append(row)
     if not rows:

@@ -322,4 +322,4 @@ def test_learning_is_each_runs_final_minus_its_own_step_0(sweep, runset, tmp_pat
     gains = s[(s["method"] == "bapo") & (s["staleness"] == 4)]["gain_greedy_acc"]
     m, half = gains.mean(), 12.706 * gains.std(ddof=1) / math.sqrt(2)
     assert table.loc[("bapo", "4x"), "greedy: final − step 0"] == (
-        f"{m:.3f} ± {half:.3f} (n=2) ({int((gains > 0).sum())} of 2 > 0)")
+        f"{m:+.3f} ± {half:.3f} (n=2) ({int((gains > 0).sum())} of 2 > 0)")
