@@ -5,7 +5,7 @@ python analysis/make_figures.py --runs experiments/results --out figures \
     --docs docs/reproduction.md                                          # the committed ones
 
 Runs are grouped into cells (one experiment, method and config; only seeds pooled) and
-suites (cells that can be compared, analysis/cells.py). The largest suite's figures go to
+suites (cells that can be compared, analysis/core/cells.py). The largest suite's figures go to
 --out, every other suite's to --out/suites/<name>/; REPORT.md covers them all. The files
 this tool manages in --out are replaced as a whole, never mixed with older ones.
 """
@@ -18,52 +18,51 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `analysis` importable from the repo root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis import (  # noqa: E402
-    fig_bounds,
-    fig_entropy_law,
-    fig_eval_steps,
-    fig_final,
-    fig_quadrants,
-    fig_ratio,
-    fig_rho,
-    fig_tokens,
-    fig_training,
-    style,
-)
-from analysis.doc_blocks import fill_docs  # noqa: E402
-from analysis.loader import RunSet, load_runs  # noqa: E402
-from analysis.pilots import one_seed_cells  # noqa: E402
-from analysis.plotting import FigureResult, Options, SkipFigure  # noqa: E402
-from analysis.report import CELL_COLS, SuiteFigures, verdict_counts, write_report  # noqa: E402
-from analysis.summary import run_summary  # noqa: E402
+from analysis.core import style  # noqa: E402
+from analysis.core.loader import load_runs  # noqa: E402
+from analysis.core.pilots import one_seed_cells  # noqa: E402
+from analysis.core.summary import run_summary  # noqa: E402
+from analysis.figures import bounds as fig_bounds  # noqa: E402
+from analysis.figures import entropy_law as fig_entropy_law  # noqa: E402
+from analysis.figures import eval_steps as fig_eval_steps  # noqa: E402
+from analysis.figures import final as fig_final  # noqa: E402
+from analysis.figures import prob_tail  # noqa: E402
+from analysis.figures import quadrants as fig_quadrants  # noqa: E402
+from analysis.figures import ratio as fig_ratio  # noqa: E402
+from analysis.figures import rho as fig_rho  # noqa: E402
+from analysis.figures import tokens as fig_tokens  # noqa: E402
+from analysis.figures import training as fig_training  # noqa: E402
+from analysis.figures.contract import Figure, Options, draw_figures  # noqa: E402
+from analysis.reports.doc_blocks import fill_docs  # noqa: E402
+from analysis.reports.markdown import verdict_counts  # noqa: E402
+from analysis.reports.paper import CELL_COLS, SuiteFigures, write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-FIGURES: dict[str, Callable[[RunSet, Options], FigureResult]] = {
-    "fig02_staleness_ppo": fig_training.fig02_staleness,
-    "fig04_contribution_by_sign": fig_training.fig04_contribution,
-    "fig05_prob_by_is_weight": fig_tokens.fig05_prob_by_ratio,
-    "fig06_length_by_sign": fig_training.fig06_length,
-    "fig07_asymmetric_clips": fig_training.fig07_asymmetric,
-    "fig08_bapo_bounds": fig_bounds.fig08_bapo_bounds,
-    "fig_bapo_rho_before": fig_rho.fig_bapo_rho_before,
-    "fig09_bapo_vs_ppo": fig_training.fig09_bapo_vs_ppo,
-    "fig10_prob_is_entropy": fig_tokens.fig10_prob_ratio_entropy,
-    "fig11_final_accuracy": fig_final.fig11_final_accuracy,
-    "fig_accuracy_by_step": fig_eval_steps.fig_accuracy_by_step,
-    "fig_entropy_quadrants": fig_quadrants.fig_entropy_quadrants,
-    "fig_is_ratio_by_staleness": fig_ratio.fig_is_ratio_by_staleness,
-    "fig_entropy_law": fig_entropy_law.fig_entropy_law,
-}
+FIGURES: tuple[Figure, ...] = (
+    Figure("fig02_staleness_ppo", fig_training.fig02_staleness),
+    Figure("fig04_contribution_by_sign", fig_training.fig04_contribution),
+    Figure("fig05_prob_by_is_weight", prob_tail.fig05_prob_by_ratio),
+    Figure("fig06_length_by_sign", fig_training.fig06_length),
+    Figure("fig07_asymmetric_clips", fig_training.fig07_asymmetric),
+    Figure("fig08_bapo_bounds", fig_bounds.fig08_bapo_bounds),
+    Figure("fig_bapo_rho_before", fig_rho.fig_bapo_rho_before),
+    Figure("fig09_bapo_vs_ppo", fig_training.fig09_bapo_vs_ppo),
+    Figure("fig10_prob_is_entropy", fig_tokens.fig10_prob_ratio_entropy),
+    Figure("fig11_final_accuracy", fig_final.fig11_final_accuracy),
+    Figure("fig_accuracy_by_step", fig_eval_steps.fig_accuracy_by_step),
+    Figure("fig_entropy_quadrants", fig_quadrants.fig_entropy_quadrants),
+    Figure("fig_is_ratio_by_staleness", fig_ratio.fig_is_ratio_by_staleness),
+    Figure("fig_entropy_law", fig_entropy_law.fig_entropy_law),
+)
 
 
 TEXT_OUTPUTS = ("REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "runs.csv",
-                "bapo_search.csv")
+                "bapo_search.csv", "batch_claims.csv")
 SUITES_DIR = "suites"  # figures of every suite but the largest, one dir each
 
 
@@ -84,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--smooth", type=int, default=1, help="rolling window over steps")
     p.add_argument("--docs", nargs="*", default=[], type=Path,
                    help="docs whose generated blocks naming --out are refilled from the new "
-                   "report (analysis/doc_blocks.py), e.g. docs/reproduction.md")
+                   "report (analysis/reports/doc_blocks.py), e.g. docs/reproduction.md")
     return p.parse_args(argv)
 
 
@@ -94,7 +93,7 @@ def managed(out: Path) -> list[Path]:
     if not out.is_dir():
         return []
     found = [out / n for n in TEXT_OUTPUTS if (out / n).exists()]
-    found += [p for name in FIGURES for p in sorted(out.glob(f"{name}.*")) if p.is_file()]
+    found += [p for f in FIGURES for p in sorted(out.glob(f"{f.name}.*")) if p.is_file()]
     if (out / SUITES_DIR).is_dir():
         found.append(out / SUITES_DIR)
     return found
@@ -108,28 +107,6 @@ def swap_in(staged: Path, out: Path) -> None:
     for new in sorted(staged.iterdir()):
         os.replace(new, out / new.name)
     staged.rmdir()
-
-
-def draw(runs: RunSet, opts: Options, only: list[str] | None) -> tuple[list, list, list]:
-    """Every figure of one suite: (made, skipped, failed)."""
-    made, skipped, failed = [], [], []
-    for name, fn in FIGURES.items():
-        if only and not any(name.startswith(o) for o in only):
-            continue
-        t = time.perf_counter()
-        try:
-            res = fn(runs, opts)
-        except SkipFigure as e:
-            skipped.append((name, str(e)))
-            print(f"skipped {name}: {e}")
-            continue
-        except Exception as e:  # noqa: BLE001 - one broken figure must not cost the others
-            failed.append((name, f"failed: {type(e).__name__}: {e}"))
-            print(f"FAILED  {name}: {type(e).__name__}: {e}")
-            continue
-        made.append(name)
-        print(f"made    {', '.join(p.name for p in res.paths)} ({time.perf_counter() - t:.1f}s)")
-    return made, skipped, failed
 
 
 EXIT_USAGE = 2  # nothing to read or nowhere to write: the command line is at fault
@@ -184,9 +161,10 @@ def main(argv: list[str] | None = None) -> int:
                 smooth=args.smooth,
                 last_k=args.last_k,
             )
-            made, skipped, bad = draw(part, opts, args.only)
-            figures.append(SuiteFigures(suite, where, made, skipped + bad))
-            failed += bad
+            drawn = draw_figures(FIGURES, part, opts, args.only)
+            figures.append(SuiteFigures(suite, where, [f.name for f in drawn.made],
+                                        drawn.skipped + drawn.failed))
+            failed += drawn.failed
         _, _, claims = write_report(runs, summary, staged, args.runs, figures, args.last_k)
         swap_in(staged, out)
         for doc in fill_docs(args.docs, REPO, only=out):

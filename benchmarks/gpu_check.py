@@ -219,7 +219,7 @@ def run_method(cfg, task, device: torch.device, run_dir: Path, budget_s: float |
 
 
 def read_run(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    from analysis.loader import read_jsonl
+    from analysis.core.loader import read_jsonl
 
     records, _ = read_jsonl(run_dir / "metrics.jsonl")
     return ([r for r in records if r.get("kind") == "step"],

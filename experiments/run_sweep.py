@@ -70,6 +70,11 @@ ENV_EVENTS = "REPRO_SWEEP_EVENTS"  # a folder where each job drops its start and
 POLL_S = 2.0
 
 
+# What a sweep's claims are judged on, declared in sweeps.yaml before it runs; the reports
+# show the other accuracy metric beside it (analysis/claims/).
+PRIMARY_METRICS = ("greedy_accuracy", "sampled_accuracy", "entropy_drift")
+
+
 def load_sweeps() -> dict[str, Any]:
     return yaml.safe_load((HERE / "sweeps.yaml").read_text())
 
@@ -87,6 +92,10 @@ def sweep_grids(name: str, sweeps: dict[str, Any] | None = None) -> list[dict[st
     if not isinstance(grids, list) or not grids or not all(isinstance(g, dict) and g for g in grids):
         config_exit(f"sweeps.yaml: sweep {name!r}: `parts` must be a non-empty list of "
                     "grids, each a mapping of override key -> list of values")
+    if entry.get("primary_metric") not in PRIMARY_METRICS:
+        config_exit(f"sweeps.yaml: sweep {name!r}: primary_metric must be one of "
+                    f"{', '.join(PRIMARY_METRICS)} (the metric its claims are judged on, fixed "
+                    f"before it runs), got {entry.get('primary_metric')!r}")
     return grids
 
 

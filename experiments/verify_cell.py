@@ -151,7 +151,7 @@ def final_greedy(run_dir: Path) -> float | None:
 def seed_interval(run_dir: Path) -> tuple[float, float, float, int]:
     """(mean, low, high, n) of the final greedy accuracy over the committed seeds of the run's
     cell: its `seed*` siblings, the seeds a report pools."""
-    from analysis.stats import mean_ci
+    from analysis.core.stats import mean_ci
 
     finals = [final_greedy(d) for d in sorted(run_dir.parent.glob("seed*"))
               if (d / "metrics.jsonl").is_file()]

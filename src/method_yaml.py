@@ -1,6 +1,6 @@
 """A method label's conf/method yaml, with its Hydra `defaults:` followed, read without
 Hydra: what the TRL and verl plugs (src/integrations/_common.py) and analysis (a method's own
-parameters, analysis/cells.py) both need, in a module that imports neither of them."""
+parameters, analysis/core/cells.py) both need, in a module that imports neither of them."""
 
 from __future__ import annotations
 

@@ -58,10 +58,10 @@ def check_run(overrides: list[str], multirun: bool) -> None:
                 check_writable_dir(run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir")
                 check_existing_run(cfg, run_dir)
                 check_run_dir_free(run_dir)
-                warning = eval_size_warning(cfg)
-                if warning and warning not in warned:
-                    print(f"warning: {warning}", file=sys.stderr)
-                    warned.add(warning)
+                for warning in (eval_size_warning(cfg), eval_spacing_warning(cfg)):
+                    if warning and warning not in warned:
+                        print(f"warning: {warning}", file=sys.stderr)
+                        warned.add(warning)
             except ConfigError as e:
                 raise ConfigError(f"{e}{where}") from None
 
@@ -181,6 +181,20 @@ def eval_size_warning(cfg: Config) -> str | None:
     return (f"task.eval_problems={cfg.task.eval_problems}: each of the run's {evals} evals "
             f"generates {responses} responses, about {_duration(seconds)} each at the default "
             "model size on 2 CPU cores (a progress bar shows it); the default is 256")
+
+
+def eval_spacing_warning(cfg: Config) -> str | None:
+    """A line when the run's end is off its eval grid: the trainer evaluates every
+    eval.every steps and at the end, so the last two evals would sit a few steps apart and the
+    final accuracy (the mean of the last three evals, docs/statistics.md) would weigh the end
+    twice. Evals belong at fixed update intervals."""
+    steps, every = cfg.train.steps, cfg.eval.every
+    if steps % every == 0:
+        return None
+    return (f"eval.every={every} does not divide train.steps={steps}: the last eval (step "
+            f"{steps}) falls {steps % every} step(s) after the one at step {steps - steps % every}, "
+            "so the final accuracy (the mean of the last three evals) weighs the run's end "
+            "twice; make train.steps a multiple of eval.every")
 
 
 def _duration(seconds: float) -> str:

@@ -144,7 +144,7 @@ class MethodTraits:
 
     Each method declares its own (`Method.traits`, src/algorithms/methods/); config.yaml
     holds them as `method.traits`. Runs written before that get them from the registry by
-    their objective (analysis/loader.py). The record keys name numbers of the method's
+    their objective (analysis/core/loader.py). The record keys name numbers of the method's
     per-update decision (None: it logs none).
     """
 

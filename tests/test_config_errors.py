@@ -285,6 +285,21 @@ def test_a_huge_eval_warns_with_an_estimate(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_evals_off_a_fixed_interval_warn(tmp_path, capsys):
+    # ramble_delay_16's 46 steps at eval.every=5: evals at 40, 45 and 46 (finding 10 of #55)
+    from src.preflight import check_run
+
+    check_run(["train.steps=46", "eval.every=5", f"hydra.run.dir={tmp_path / 'run'}",
+               f"cache_dir={tmp_path / 'cache'}"], multirun=False)
+    assert capsys.readouterr().err.strip() == (
+        "warning: eval.every=5 does not divide train.steps=46: the last eval (step 46) falls 1 "
+        "step(s) after the one at step 45, so the final accuracy (the mean of the last three "
+        "evals) weighs the run's end twice; make train.steps a multiple of eval.every")
+    check_run(["train.steps=45", "eval.every=5", f"hydra.run.dir={tmp_path / 'run'}",
+               f"cache_dir={tmp_path / 'cache'}"], multirun=False)
+    assert capsys.readouterr().err == ""
+
+
 def test_ctrl_c_prints_one_line(monkeypatch, capsys):
     def interrupted():
         raise KeyboardInterrupt

@@ -154,21 +154,61 @@ def _source_files(where: Path) -> list[Path]:
 
 
 def test_no_code_outside_a_methods_own_file_branches_on_its_name():
-    # analysis/ included: it reads what a method is from its traits (method.traits), and
-    # names only the paper's baseline and proposed method, once (analysis/style.py).
+    # src/: no branch on a method's name outside its own module (analysis/ has the stricter
+    # test below: it names no method at all outside its claim rows)
     names = "|".join(sorted(METHODS))
     branch = re.compile(rf"""(objective|method)\S*\s*(==|!=|in)\s*[\(\[]?\s*["']({names})["']""")
     starts = re.compile(rf"""(objective|method)\S*\.startswith\(\s*["']({names})""")
     own = SRC / "algorithms" / "methods"
     hits = [f"{p.relative_to(REPO)}:{i}: {line.strip()}"
-            for p in _source_files(SRC) + _source_files(REPO / "analysis") if own not in p.parents
+            for p in _source_files(SRC) if own not in p.parents
             for i, line in enumerate(p.read_text().splitlines(), 1)
             if branch.search(line) or starts.search(line)]
     assert hits == []
 
 
+# Where analysis/ may name a method: the claim rows (the paper's comparisons, declared as
+# data) and the colours and order that display methods. Everything else reads what a
+# method is from its traits (method.traits) or which runs to compare from the claim rows.
+NAMES_ALLOWED = ("analysis/claims/paper.py", "analysis/claims/lag.py", "analysis/claims/batch.py",
+                 "analysis/claims/random_reward.py", "analysis/core/style.py")
+
+
+def method_labels() -> set[str]:
+    return {p.stem for p in (REPO / "conf" / "method").glob("*.yaml")}
+
+
+def named_methods(source: str, labels: set[str]) -> list[tuple[int, str]]:
+    """(line, label) of every string literal of `source` that is a method's label, f-string
+    parts included: a selection by name (`BASE = "ppo"`, `("clip_0.8_1.5", "ppo")`,
+    `r.method == "bapo"`) always holds one."""
+    import ast
+
+    return sorted((node.lineno, node.value) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and node.value in labels)
+
+
+def test_the_name_finder_finds_selections_by_name():
+    labels = method_labels()
+    assert {"ppo", "bapo", "clip_0.8_1.5"} <= labels
+    found = named_methods('BASE = "ppo"\nFIG7 = ("clip_0.8_1.5", BASE)\n'
+                          'x = [r for r in runs if r.method == "bapo"]\n'
+                          'def f(r, m="top_entropy"): return f"{m}"\n', labels)
+    assert found == [(1, "ppo"), (2, "clip_0.8_1.5"), (3, "bapo"), (4, "top_entropy")]
+    assert named_methods('"""ppo and bapo, in words"""\nx = "ppo (bapo.rho0=0.3)"\n', labels) == []
+
+
+def test_analysis_names_no_method_outside_its_claim_rows():
+    labels = method_labels()
+    hits = [f"{p.relative_to(REPO)}:{line}: {label!r}"
+            for p in _source_files(REPO / "analysis")
+            if str(p.relative_to(REPO)) not in NAMES_ALLOWED
+            for line, label in named_methods(p.read_text(), labels)]
+    assert hits == []
+
+
 def test_each_method_writes_its_traits_and_old_runs_get_the_registrys():
-    from analysis.loader import Run, registry_traits
+    from analysis.core.loader import Run, registry_traits
 
     bapo = compose(["method=bapo_value"]).method.to_container()
     assert bapo["traits"] == METHODS["bapo"].traits.to_config()
@@ -184,8 +224,8 @@ def test_each_method_writes_its_traits_and_old_runs_get_the_registrys():
 def test_old_runs_of_an_earlier_definition_under_the_same_name_get_no_traits():
     # m2po's runs made before it became the authors' clip (experiments/results/staleness_4x/
     # m2po) hold its masking rule's `tau` and no traits: they get none, not today's bounds
-    from analysis.loader import Run
-    from analysis.search_outcomes import searches_bounds
+    from analysis.core.loader import Run
+    from analysis.core.search_outcomes import searches_bounds
     from src.run_vocab import MethodTraits
 
     def run(params):

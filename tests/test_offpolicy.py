@@ -624,7 +624,7 @@ def test_the_two_rules_part_only_above_the_cap():
 def test_runs_made_with_the_clamp_keep_reading_as_it_and_keep_their_cell():
     import yaml
 
-    from analysis.cells import numeric_config
+    from analysis.core.cells import numeric_config
     from src.config import to_container
     from src.run_dir import config_differences
     from src.run_vocab import upgrade_config
@@ -656,7 +656,7 @@ def test_runs_made_with_the_clamp_keep_reading_as_it_and_keep_their_cell():
 
 
 def test_the_weight_keys_change_no_cell_and_no_resume_under_another_anchor():
-    from analysis.cells import numeric_config
+    from analysis.core.cells import numeric_config
     from src.config import to_container
     from src.run_dir import config_differences
 

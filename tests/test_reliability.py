@@ -71,7 +71,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
     # takes it and resumes (src/run_lock.py).
     assert (crashed / ".lock").read_text().startswith(f"pid {proc.pid} on host ")
     # The analysis reads the killed run up to its last complete step, and says so.
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     partial = load_runs([crashed])
     (run,) = partial.runs

@@ -31,13 +31,13 @@ def test_importing_the_vocabulary_imports_neither_torch_nor_hydra():
 
 
 def test_analysis_reads_the_vocabulary_without_torch():
-    imports = "import analysis.loader, analysis.fig_tokens, analysis.fig_lag"
+    imports = "import analysis.core.loader, analysis.figures.tokens, analysis.figures.lag_bapo, analysis.reports.lag"
     assert _loaded_after(imports, ("torch",)) == []
 
 
 def test_analysis_counts_a_runs_updates_with_the_trainers_functions_without_torch():
-    # analysis/final.py and lag_runs.py call src/updates.py, as src/schedule does
-    assert _loaded_after("import src.updates, analysis.final, analysis.lag_runs",
+    # analysis/core/final.py and lag_runs.py call src/updates.py, as src/schedule does
+    assert _loaded_after("import src.updates, analysis.core.final, analysis.core.lags",
                          ("torch", "hydra", "omegaconf")) == []
 
 
@@ -83,9 +83,9 @@ def test_the_clip_familys_states_are_appended_and_keep_a_gradient():
 
 
 def test_every_state_but_none_has_a_colour_in_the_token_viewer():
-    # the viewer colours tokens by state (analysis/token_view.js CLIP_COLORS); a state without
+    # the viewer colours tokens by state (analysis/reports/token_view.js CLIP_COLORS); a state without
     # an entry would show as `none`
-    script = (REPO / "analysis" / "token_view.js").read_text()
+    script = (REPO / "analysis" / "reports" / "token_view.js").read_text()
     colours = re.search(r"const CLIP_COLORS = \{(.*?)\};", script, re.S).group(1)
     coloured = set(re.findall(r"(\w+):\s*\"#", colours))
     assert coloured == set(run_vocab.CLIP_STATE_NAMES[1:])

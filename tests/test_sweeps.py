@@ -156,6 +156,8 @@ def test_part_with_all_is_refused(capsys):
     {"description": "neither"},
     {"parts": []},
     {"parts": [{"seed": [0]}, "method=ppo"]},
+    {"grid": {"seed": [0]}},  # no primary metric: fixed before a sweep runs
+    {"grid": {"seed": [0]}, "primary_metric": "reward"},
 ])
 def test_a_malformed_sweep_entry_is_named(entry, capsys):
     line = config_error(capsys, lambda: run_sweep.sweep_grids("bad", {"bad": entry}))

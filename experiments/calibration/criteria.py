@@ -33,11 +33,11 @@ REPO = HERE.parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from analysis.lag_runs import lag_summary, steady_updates  # noqa: E402
-from analysis.loader import RunSet, load_runs  # noqa: E402
-from analysis.search_outcomes import outcome, searches_bounds  # noqa: E402
-from analysis.stats import fmt_ci, mean_ci  # noqa: E402
-from analysis.style import BASELINE, PROPOSED  # noqa: E402
+from analysis.claims.paper import BASELINE, PROPOSED  # noqa: E402
+from analysis.core.lags import lag_summary, steady_updates  # noqa: E402
+from analysis.core.loader import RunSet, load_runs  # noqa: E402
+from analysis.core.search_outcomes import outcome, searches_bounds  # noqa: E402
+from analysis.core.stats import fmt_ci, mean_ci  # noqa: E402
 
 CLIP_TARGET, MOVED_TARGET = 0.02, 0.20
 ROOTS = {

@@ -32,9 +32,9 @@ REPO = HERE.parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from analysis.lag_runs import lag_table, steady_updates  # noqa: E402
-from analysis.loader import load_runs  # noqa: E402
-from analysis.report import md_table  # noqa: E402
+from analysis.core.lags import lag_table, steady_updates  # noqa: E402
+from analysis.core.loader import load_runs  # noqa: E402
+from analysis.reports.markdown import md_table  # noqa: E402
 
 COLUMNS = ["step", "response_id", "group_id", "advantage", "reward", "response_length"]
 

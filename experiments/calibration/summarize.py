@@ -21,8 +21,8 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
-from analysis.search_outcomes import outcome  # noqa: E402
-from analysis.stats import mean_ci  # noqa: E402
+from analysis.core.search_outcomes import outcome  # noqa: E402
+from analysis.core.stats import mean_ci  # noqa: E402
 from src.algorithms import METHODS  # noqa: E402 - bapo's traits name its search records
 
 EDGE = 6  # steps averaged at each end of a run

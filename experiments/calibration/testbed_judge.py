@@ -37,7 +37,7 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 
 from testbed_targets import summarize  # noqa: E402
 
-from analysis.stats import fmt_ci, mean_ci  # noqa: E402
+from analysis.core.stats import fmt_ci, mean_ci  # noqa: E402
 from src.config_fields import config_exit  # noqa: E402
 from src.telemetry import read_status  # noqa: E402
 
@@ -164,6 +164,16 @@ def judge(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
     return out
 
 
+# Target 2 compares 4x with 1x at equal updates, where 1x trains on four times the responses
+# in batches of 128 against 4x's 32; the 1x control at the 4x update size separates the two.
+TARGET_2_NOTE = (
+    "Target 2 compares at equal updates, where 1x trains on four times the responses (128 per "
+    "update against 4x's 32). At equal update size and data, the 1x control `ramble_1x_b32` "
+    "(32 responses per update, a fresh rollout each update) ends below 4x and does not learn "
+    "(figures/testbed_grid/REPORT.md, \"Staleness against data and batch size\"): what target "
+    "2 measures is the cost of the smaller batch and data, not of staleness.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, nargs="+", default=[Path("runs")],
@@ -185,7 +195,8 @@ def main() -> None:
         "runs are rerun bit for bit), every other column from metrics.jsonl and meta.json, "
         "which an export keeps whole; per-run rows in `testbed_grid_rows.csv`, gathered over "
         "sessions (a row stays when its run dir is gone). Seeds per cell: "
-        + "; ".join(f"{c}: {s}" for c, s in seeds.items()) + ".\n\n" + "\n".join(lines) + "\n")
+        + "; ".join(f"{c}: {s}" for c, s in seeds.items()) + ".\n\n" + "\n".join(lines) + "\n\n"
+        + TARGET_2_NOTE + "\n")
     print(MD.read_text())
 
 

@@ -82,13 +82,23 @@ def _mean(values) -> float:
     return float(np.mean(vals)) if vals else math.nan
 
 
+def warmup_steps(run_dir: Path) -> int:
+    """The steps a delay queue trains on the initial weights' rollouts (its first
+    offpolicy.delay steps), which no lag quantity counts; 0 without a delay queue."""
+    path = run_dir / "config.yaml"
+    off = ((yaml.safe_load(path.read_text()) or {}).get("offpolicy") or {}) if path.is_file() else {}
+    return int(off.get("delay") or 0) if off.get("source") == "delay" else 0
+
+
 def token_stats(run_dir: Path) -> dict:
-    """Band mass and length ratio from the run's whole token rows; NaN where it has none or
-    only an export's sample of responses (a sample would give a different number)."""
+    """Band mass and length ratio from the run's whole token rows, over its steady steps (a
+    delay queue's warm-up left out); NaN where it has none or only an export's sample of
+    responses (a sample would give a different number)."""
     parts = sorted((run_dir / "tokens").glob("*.parquet"))
     if not parts or any(p.name == SAMPLE_NAME for p in parts):
         return {"band_mass": math.nan, "length_ratio": math.nan, "tail": math.nan}
     t = pd.concat([pd.read_parquet(p, columns=TOKEN_COLUMNS) for p in parts], ignore_index=True)
+    t = t[t["step"] >= warmup_steps(run_dir)]
     loss = t[t["in_loss"]]
     mass = (loss["ratio"] * loss["advantage"]).abs()
     r, a = loss["ratio"], loss["advantage"]

@@ -353,15 +353,15 @@ def sweep(tmp_path_factory) -> tuple[Path, dict[tuple[str, int, int], SynthRun]]
 
 @pytest.fixture(scope="session")
 def runset(sweep):
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     return load_runs([sweep[0]])
 
 
 @pytest.fixture
 def opts(tmp_path):
-    from analysis import style
-    from analysis.plotting import Options
+    from analysis.core import style
+    from analysis.figures.contract import Options
 
     style.setup()
     return Options(out=tmp_path / "figures", formats=("png",), dpi=40)

@@ -7,8 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fig_eval_steps, fig_ratio, fig_rho
-from analysis.plotting import SkipFigure
+from analysis.figures import eval_steps as fig_eval_steps
+from analysis.figures import ratio as fig_ratio
+from analysis.figures import rho as fig_rho
+from analysis.figures.contract import SkipFigure
 
 
 def written_rows(written, kind: str, pred=lambda m, k, s: True) -> pd.DataFrame:
@@ -35,7 +37,7 @@ def test_accuracy_by_step(sweep, runset, opts):
 
 def test_accuracy_by_step_counts_updates_where_levels_end_at_equal_updates(tmp_path, opts,
                                                                           write_run):
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     # 8 steps at 1x and 2 at 4x both end at 8 optimizer updates (k per step at kx)
     write_run(tmp_path / "equal", "ppo", 1, 0, steps=8, evals_every=2)
@@ -46,7 +48,7 @@ def test_accuracy_by_step_counts_updates_where_levels_end_at_equal_updates(tmp_p
     assert got["updates"].to_dict() == {(1, 0): 0, (1, 2): 2, (1, 4): 4, (1, 6): 6, (1, 8): 8,
                                         (4, 0): 0, (4, 1): 4, (4, 2): 8}
     # the step curves (fig02 and its kin) carry the same count: step x k
-    from analysis import fig_training
+    from analysis.figures import training as fig_training
 
     curves = fig_training.fig02_staleness(load_runs([tmp_path / "equal"]), opts).data
     assert (curves["updates"] == curves["step"] * curves["staleness"]).all()

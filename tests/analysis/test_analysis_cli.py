@@ -101,7 +101,7 @@ def test_out_that_is_a_file_exits_2_without_a_traceback(tmp_path, write_run, cap
 
 def test_a_run_with_a_partial_config_beside_whole_ones_is_noted_and_skipped(tmp_path, write_run,
                                                                              capsys):
-    from analysis.loader import RUN_SECTIONS, load_runs
+    from analysis.core.loader import RUN_SECTIONS, load_runs
 
     whole = {k: {} for k in RUN_SECTIONS if k not in ("seed", "method", "train")}
     write_run(tmp_path / "runs", "ppo", 2, 0, steps=2, extra_config=whole)

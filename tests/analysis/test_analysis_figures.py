@@ -10,10 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import fig_bounds, fig_final, fig_quadrants, fig_tokens, fig_training, style
-from analysis.final import final_window
-from analysis.loader import load_runs
-from analysis.plotting import SkipFigure
+from analysis.core import style
+from analysis.core.final import final_window
+from analysis.core.loader import load_runs
+from analysis.figures import bounds as fig_bounds
+from analysis.figures import final as fig_final
+from analysis.figures import quadrants as fig_quadrants
+from analysis.figures import tokens as fig_tokens
+from analysis.figures import training as fig_training
+from analysis.figures.contract import SkipFigure
 
 
 def records(written, kind: str, pred=lambda m, k, s: True) -> pd.DataFrame:
@@ -83,7 +88,7 @@ def test_bands_stay_inside_what_a_metric_can_take(runset, opts):
 
 
 def test_clip_bands_by_hand():
-    from analysis.plotting import clip_bands
+    from analysis.core.plotting import clip_bands
 
     curves = pd.DataFrame({"metric": ["c_high", "c_high", "reward_mean", "entropy_mean"],
                            "ci_low": [0.2, 1.5, -0.3, -0.1], "ci_high": [3.6, 2.0, 0.5, 0.4]})
@@ -188,30 +193,30 @@ def test_fig09_bapo_vs_ppo(sweep, runset, opts):
 
 
 def test_fig05_prob_by_ratio(sweep, runset, opts):
+    from analysis.figures import prob_tail
+
     _, written = sweep
-    res = fig_tokens.fig05_prob_by_ratio(runset, opts)
+    res = prob_tail.fig05_prob_by_ratio(runset, opts)
     assert_files(res)
     tok = tokens(written, lambda m, k, s: m == "ppo" and k > 1)
     tok = tok[tok["advantage"] != 0]
-    edges = [0, 0.6, 0.8, 1.0, 1.2, 1.4, 2.0, np.inf]
-    tok["bin"] = pd.cut(tok["ratio"], edges, right=False, labels=False)
+    # ppo's clip [0.8, 1.2]: below, inside, above; 1 - p with p under pi_theta, floored at 1e-6
+    tok["group"] = np.where(tok["ratio"] < 0.8, "below",
+                            np.where(tok["ratio"] >= 1.2, "above", "inside"))
     tok["sign"] = np.where(tok["advantage"] > 0, "A>0", "A<0")
-    tok["prob"] = np.exp(tok["logp"].astype("float64"))
-    exp = tok.groupby(["staleness", "bin", "sign"])["prob"].agg(["count", "median"])
-    got = res.data.assign(bin=res.data["ratio_bin"].cat.codes)
-    got = got.groupby(["staleness", "bin", "sign"])["prob"].agg(["count", "median"])
-    pd.testing.assert_frame_equal(
-        got.sort_index(), exp.sort_index(), check_dtype=False, check_index_type=False
-    )
-    # The counts under each bin, and which boxes are drawn (>= 30 tokens), by hand.
-    n = tok.groupby(["staleness", "bin", "sign"]).size()
-    counts = res.extra["counts"].assign(bin=res.extra["counts"]["ratio_bin"].cat.codes)
-    counts = counts.set_index(["staleness", "bin", "sign"])
+    tok["one_minus_p"] = np.maximum(1 - np.exp(tok["logp"].astype("float64")), 1e-6)
+    exp = tok.groupby(["staleness", "group", "sign"])["one_minus_p"].agg(["count", "median"])
+    got = res.data.groupby(["staleness", "group", "sign"])["one_minus_p"].agg(["count", "median"])
+    pd.testing.assert_frame_equal(got.sort_index(), exp.sort_index(), check_dtype=False,
+                                  check_index_type=False)
+    # every (staleness, group, sign) is listed, empty ones with 0; a line needs 20 tokens
+    counts = res.extra["counts"].set_index(["staleness", "group", "sign"])
+    n = tok.groupby(["staleness", "group", "sign"]).size()
     assert counts.loc[n.index, "tokens"].tolist() == n.tolist()
-    assert counts["tokens"].sum() == len(tok)  # empty bins are listed with 0
-    assert (counts["drawn"] == (counts["tokens"] >= 30)).all()
+    assert counts["tokens"].sum() == len(tok) and len(counts) == 2 * 3 * 2  # 2x, 4x
+    assert (counts["drawn"] == (counts["tokens"] >= 20)).all()
     with pytest.raises(SkipFigure, match="staleness > 1"):
-        fig_tokens.fig05_prob_by_ratio(runset.subset(lambda r: r.staleness == 1), opts)
+        prob_tail.fig05_prob_by_ratio(runset.subset(lambda r: r.staleness == 1), opts)
 
 
 def test_fig10_prob_ratio_entropy(sweep, runset, opts):
@@ -234,7 +239,7 @@ def test_fig10_prob_ratio_entropy(sweep, runset, opts):
 
 def test_fig10_compares_methods_at_one_staleness(tmp_path, opts, write_run):
     # ppo also ran at 8x: the panels stay at 4x, the level every method shares.
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     for method, k in (("ppo", 4), ("bapo", 4), ("ppo", 8)):
         write_run(tmp_path / "runs", method, k, 0)
@@ -277,7 +282,7 @@ def test_fig11_panels_share_a_scale_that_holds_both(tmp_path, opts, write_run):
     # bars, not stop where the sampled panel's whiskers do
     import json
 
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     for seed in range(3):
         run = write_run(tmp_path / "runs", "ppo", 2, seed)
@@ -312,7 +317,7 @@ def test_entropy_quadrants(sweep, runset, opts, tmp_path, write_run):
     assert len(res.paths) == 1
 
     write_run(tmp_path / "runs", "ppo", 2, 0, write_tokens=False)
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     no_tokens = load_runs([tmp_path / "runs"])
     with pytest.raises(SkipFigure, match="no runs with readable token parts"):
@@ -349,7 +354,7 @@ def test_figures_are_byte_identical_on_rerun(runset, opts, tmp_path):
     # Committed figures are checked by regenerating them: same data must give same bytes.
     from dataclasses import replace
 
-    from analysis.fig_bounds import fig08_bapo_bounds
+    from analysis.figures.bounds import fig08_bapo_bounds
 
     opts = replace(opts, formats=("png", "pdf"))
     first = {p.name: p.read_bytes() for p in fig08_bapo_bounds(runset, opts).paths}
@@ -361,7 +366,7 @@ def test_figures_are_byte_identical_on_rerun(runset, opts, tmp_path):
 def test_learning_figures_skip_random_reward_runs(tmp_path, opts, write_run):
     # Coin-flip rewards leave nothing to learn: accuracy, contribution and length by sign
     # would be noise, so those figures are skipped for such a suite.
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     for method, k in (("ppo", 1), ("ppo", 2), ("bapo", 2)):
         write_run(tmp_path / "runs", method, k, 0, extra_config={"task.reward": "random"})
@@ -383,7 +388,7 @@ def test_fig07_legend_names_bounds_and_seeds(runset):
 def test_titles_wrap_to_the_figure_width():
     import matplotlib.pyplot as plt
 
-    from analysis.plotting import wrapped
+    from analysis.core.plotting import wrapped
 
     fig = plt.figure(figsize=(3, 2))
     text = wrapped("word " * 60 + "\nsecond line", fig, 10)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.loader import RUN_COLS, load_runs
+from analysis.core.loader import RUN_COLS, load_runs
 
 
 def test_identity_and_frames_match_what_was_written(sweep, runset):

@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.report import claims_table, results_table, write_report
-from analysis.summary import run_summary
+from analysis.claims.paper import claims_table
+from analysis.core.summary import run_summary
+from analysis.reports.paper import write_report
+from analysis.reports.paper_tables import results_table
 
 
 def test_run_summary_matches_the_written_records(sweep, runset):
@@ -112,8 +114,11 @@ def test_claim_verdicts_rest_on_paired_intervals_and_the_papers_levels():
     assert r["measured"] == f"4x: 0.610 ± {half:.3f} (n=3); 8x: 0.390 ± {half:.3f} (n=3)"
     assert r["note"] == "4x held, 8x not held; 8x not run in the paper: shown, not deciding"
     assert r["experiments"] == "staleness_4x, staleness_8x"
-    r = row("Negative tokens are most")  # 4x: 0.5 ± 0.745 includes the threshold
-    assert r["verdict"] == "not settled"
+    # judged against the paper's ~0.80, read as [0.75, 0.85] (schema.about), not against 0.5
+    r = row("Negative tokens are ~0.80")  # 4x: 0.5 ± 0.745, reaching into the band
+    assert r["verdict"] == "not settled" and "within [0.75, 0.85]" in r["criterion"]
+    assert r["note"].startswith("4x not settled (mean outside the range; its 95% interval "
+                                "reaches into it)")
     # lengths within each run: 10, 10, 11 -> mean 10.333, sd 0.577, ± 4.303 * 0.577 / 1.732
     r = row("Negative responses are longer")
     assert r["verdict"] == "held" and r["value"] == pytest.approx(31 / 3)
@@ -121,6 +126,9 @@ def test_claim_verdicts_rest_on_paired_intervals_and_the_papers_levels():
            "seeds > 0)" in r["basis"]
     r = row("clip fraction")  # 4x - 1x by seed: 0.20, 0.21, 0.22
     assert r["verdict"] == "held" and r["value"] == pytest.approx(0.21)
+    # ... and it holds by construction (1x clips nothing): shown, no p, so no Holm test
+    assert r["by_construction"].startswith("at 1x every IS ratio is 1") and math.isnan(r["p"])
+    assert row("Negative responses are longer")["by_construction"] == ""  # no ramble runs
     assert r["basis"].startswith(f"4x: 4x − 1x +0.210 ± {half:.3f} (n=3; 3 of 3 seeds > 0)")
     assert "4x confound: gradient-norm clipping binds on 20% (4x) vs 0% (1x)" in r["note"]
     # drift 4x - 1x by seed: -0.2, 0, 0.3 (not settled); 8x - 1x: -0.4 on every seed, no
@@ -161,14 +169,14 @@ def test_claim_verdicts_rest_on_paired_intervals_and_the_papers_levels():
 
 
 def test_verdict_counts_name_settled_and_unsettled_apart():
-    from analysis.report import verdict_counts
+    from analysis.reports.markdown import verdict_counts
 
     claims = pd.DataFrame({"verdict": ["held", "not settled", "held", "no data", "not held"]})
     assert verdict_counts(claims) == "2 held, 1 not held, 1 not settled, 1 no data"
 
 
 def test_write_report(sweep, runset, tmp_path):
-    from analysis.report import SuiteFigures
+    from analysis.reports.paper_sections import SuiteFigures
 
     summary = run_summary(runset)
     (suite,) = runset.suites
@@ -188,7 +196,7 @@ def test_write_report(sweep, runset, tmp_path):
 
 
 def test_search_outcomes_counts_each_ending():
-    from analysis.search_outcomes import outcome_table
+    from analysis.core.search_outcomes import outcome_table
     from src.algorithms import METHODS
 
     traits = METHODS["bapo"].traits
@@ -232,3 +240,86 @@ def test_search_outcomes_counts_each_ending():
     on = t.loc["0 (on-policy)"]
     assert on["n"] == 1 and on["at start"] == 1.0
     assert outcome_table(updates.drop(columns="bapo_steps"), {"r/bapo"}, traits).empty
+
+
+def test_a_row_holds_by_construction_only_where_its_condition_does(tmp_path, write_run):
+    from analysis.claims.paper import claims_table
+    from analysis.core.loader import load_runs
+
+    # the synthetic writer gives A<0 responses 12 tokens and A>0 ones 8 (RESP_LEN + 4, 8):
+    # with a 12-token cap every A<0 response and no A>0 one runs to it
+    ramble = {"task.params.ramble_fraction": 0.3, "rollout.max_new_tokens": 12}
+    for seed in (0, 1):
+        write_run(tmp_path / "ramble", "ppo", 2, seed, extra_config=ramble)
+        write_run(tmp_path / "plain", "ppo", 2, seed, extra_config={"rollout.max_new_tokens": 12})
+    for where, built in (("ramble", True), ("plain", False)):
+        runs = load_runs([tmp_path / where])
+        c = claims_table(run_summary(runs), runs=runs).set_index("claim")
+        row = c.filter(like="Negative responses are longer", axis=0).iloc[0]
+        if built:
+            assert row["by_construction"].startswith("the ramble task makes 30%")
+            assert "at the 12-token cap: 2x 100% of A<0 responses vs 0% of A>0" in row["by_construction"]
+            assert math.isnan(row["p"])
+        else:
+            assert row["by_construction"] == ""
+
+
+def test_rows_that_hold_by_construction_are_shown_but_neither_counted_nor_tested():
+    from analysis.claims.verdicts import table
+    from analysis.reports.claim_counts import claim_counts
+    from analysis.reports.markdown import holm_counts, shown_claims, verdict_counts
+
+    claims = pd.DataFrame({"claim": ["a", "b", "c"], "note": ["", "", "x"],
+                           "verdict": ["held", "held", "not held"],
+                           "p": [0.01, math.nan, 0.02], "by_construction": ["", "1x is 0", ""]})
+    t = table(claims)
+    # two tests, not three: Holm's m counts the rows that are evidence; b keeps its verdict
+    assert t["tests"].iat[0] == 2 and t.loc[1, "holm_verdict"] == "held"
+    assert t.loc[0, "holm_p"] == pytest.approx(0.02) and t.loc[2, "holm_p"] == pytest.approx(0.02)
+    assert verdict_counts(t) == "1 held, 1 not held; 1 by construction (shown, not counted)"
+    assert holm_counts(t).startswith("After Holm's correction over the 2 tested rows: 1 held")
+    shown = shown_claims(t)
+    assert shown.loc[1, "verdict"] == "held (by construction)"
+    assert shown.loc[1, "note"] == "holds by construction, not counted: 1x is 0"
+    assert shown.loc[1, "after Holm"] == "held (by construction; not among the 2)"
+    counts = claim_counts(t.assign(suite="s"), {"s": "S1"}).set_index("label")
+    assert counts.loc["S1", ["held", "not held", "total", "by construction"]].tolist() == [1, 1, 2, 1]
+
+
+def test_entropy_drift_windows_hold_equal_updates_where_levels_share_an_update_budget(
+        tmp_path, write_run):
+    from analysis.core.loader import load_runs
+    from analysis.core.summary import drift_windows
+
+    # one update budget: 8 steps at 1x, 4 at 2x (8 updates each): one suite
+    for seed in (0, 1):
+        write_run(tmp_path, "ppo", 1, seed, steps=8)
+        write_run(tmp_path, "ppo", 2, seed, steps=4)
+    runs = load_runs([tmp_path])
+    assert len(runs.suites) == 1
+    # last_k = 2 steps of the stalest level = 4 updates: 4 steps at 1x, 2 at 2x
+    assert {r.staleness: drift_windows(runs, 2)[r.run_id] for r in runs.runs} == {1: 4, 2: 2}
+    s = run_summary(runs, last_k=2).set_index(["staleness", "seed"])
+    for r in runs.runs:
+        e = runs.steps[runs.steps["run_id"] == r.run_id].sort_values("step")["entropy_mean"]
+        k = 4 if r.staleness == 1 else 2
+        assert s.loc[(r.staleness, r.seed), "entropy_drift"] == pytest.approx(
+            e.tail(k).mean() - e.head(k).mean())
+
+
+def test_learning_is_each_runs_final_minus_its_own_step_0(sweep, runset, tmp_path):
+    from analysis.reports.paper_tables import learning_table
+
+    _, written = sweep
+    s = run_summary(runset)
+    for (method, k, seed), syn in written.items():
+        evals = [e for e in syn.evals if e["step"] > 0][-3:]
+        final = sum(e["sampled_accuracy"] for e in evals) / len(evals)
+        start = next(e for e in syn.evals if e["step"] == 0)["sampled_accuracy"]
+        got = s[(s["method"] == method) & (s["staleness"] == k) & (s["seed"] == seed)]
+        assert got["gain_sampled_acc"].iat[0] == pytest.approx(final - start)
+    table = learning_table(s, runset.suites).set_index(["method", "staleness"])
+    gains = s[(s["method"] == "bapo") & (s["staleness"] == 4)]["gain_greedy_acc"]
+    m, half = gains.mean(), 12.706 * gains.std(ddof=1) / math.sqrt(2)
+    assert table.loc[("bapo", "4x"), "greedy: final − step 0"] == (
+        f"{m:+.3f} ± {half:.3f} (n=2) ({int((gains > 0).sum())} of 2 > 0)")

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from analysis import make_figures
-from analysis.cells import one_update_budget
-from analysis.loader import load_runs
-from analysis.report import results_table
-from analysis.summary import run_summary
+from analysis.core.cells import one_update_budget
+from analysis.core.loader import load_runs
+from analysis.core.summary import run_summary
+from analysis.reports.paper_tables import results_table
 
 
 def test_smoke_runs_are_never_seeds_of_the_2x_cell(tmp_path, write_run):
@@ -142,7 +142,7 @@ def test_an_ablation_beside_the_methods_own_parameters_leaves_their_label_plain(
 
 
 def test_fig09_draws_each_variant_of_a_sweep_with_its_own_rho0(tmp_path, write_run, opts):
-    from analysis import fig_training
+    from analysis.figures import training as fig_training
 
     root = tmp_path / "runs"
     for rho0 in (0.3, 0.5):

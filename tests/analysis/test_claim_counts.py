@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.claim_counts import ALL, claim_counts, counts_in_report
-from analysis.verdicts import VERDICTS
+from analysis.claims.rules import VERDICTS
+from analysis.reports.claim_counts import ALL, BUILT, claim_counts, counts_in_report
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"
 
@@ -27,8 +27,8 @@ def test_claim_counts_by_hand():
 def test_run_index_maps_each_dir_to_its_overrides(tmp_path, write_run):
     import json
 
-    from analysis.loader import load_runs
-    from analysis.run_index import run_index
+    from analysis.core.loader import load_runs
+    from analysis.reports.run_index import run_index
 
     run = write_run(tmp_path, "ppo", 4, 1, extra_config={"train.lr": 1e-4})
     meta = json.loads((run.path / "meta.json").read_text())
@@ -47,13 +47,14 @@ def test_counts_read_back_from_report_text():
                       "", "After Holm's correction over the 15 tested rows: 2 held, 13 not settled.",
                       "| claim |", "### S2", "Verdicts: 2 not held, 1 no data."])
     got = counts_in_report(text)
-    assert got["S1"] == {"held": 5, "not held": 1, "not settled": 9, "no data": 0}
-    assert got["S2"] == {"held": 0, "not held": 2, "not settled": 0, "no data": 1}
+    assert got["S1"] == {"held": 5, "not held": 1, "not settled": 9, "no data": 0, BUILT: 0}
+    assert got["S2"] == {"held": 0, "not held": 2, "not settled": 0, "no data": 1, BUILT: 0}
     holm = counts_in_report(text, holm=True)
-    assert holm == {"S1": {"held": 2, "not held": 0, "not settled": 13, "no data": 0}}
-    one_suite = "## Paper claims\n\nVerdicts: 3 held.\n"
+    assert holm == {"S1": {"held": 2, "not held": 0, "not settled": 13, "no data": 0, BUILT: 0}}
+    one_suite = ("## Paper claims\n\nVerdicts: 3 held; 2 by construction (shown, not "
+                 "counted).\n")
     assert counts_in_report(one_suite) == {"S1": {"held": 3, "not held": 0, "not settled": 0,
-                                                  "no data": 0}}
+                                                  "no data": 0, BUILT: 2}}
 
 
 @pytest.mark.skipif(not (FIGURES / "claim_counts.csv").is_file(), reason="no committed figures")
@@ -65,8 +66,10 @@ def test_committed_counts_match_the_committed_report():
     assert set(in_report) == set(suites.index)
     after_holm = counts_in_report(report, holm=True)
     for label, row in suites.iterrows():
-        assert in_report[label] == {v: int(row[v]) for v in VERDICTS}, label
-        assert after_holm[label] == {v: int(row[f"{v} (Holm)"]) for v in VERDICTS}, label
+        assert in_report[label] == {**{v: int(row[v]) for v in VERDICTS}, BUILT: int(row[BUILT])}
+        assert after_holm[label] == {**{v: int(row[f"{v} (Holm)"]) for v in VERDICTS},
+                                     BUILT: int(row[BUILT])}, label
     claims = pd.read_csv(FIGURES / "claims.csv")
-    assert counts.loc[ALL, "total"] == len(claims)  # every claim row is counted once
+    # every claim row is counted once: as evidence (total) or as holding by construction
+    assert counts.loc[ALL, "total"] + counts.loc[ALL, BUILT] == len(claims)
     assert sum(sum(c.values()) for c in in_report.values()) == len(claims)

@@ -1,7 +1,8 @@
 """The committed figures/ are what analysis/make_figures.py draws from experiments/results,
 figures/paper_grid/ what it draws from experiments/paper_grid, figures/testbed_grid/ what
-it draws from experiments/testbed_grid, and figures/testbed_lags/ what analysis/lag_report.py
-draws from experiments/testbed_lags with the grid's ramble_1x as lag 0."""
+it draws from experiments/testbed_grid, figures/testbed_lags/ what analysis/lag_report.py
+draws from experiments/testbed_lags with the grid's ramble_1x and 4x ppo as references, and
+figures/lag*/ what it draws from experiments/lag_results*."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from analysis import lag_report, make_figures
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS, FIGURES = ROOT / "experiments" / "results", ROOT / "figures"
 TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "runs.csv",
-                "bapo_search.csv"]
+                "bapo_search.csv", "batch_claims.csv"]
 
 
 # figures/lag*/ and figures/testbed_lags/ are lag reports' (analysis/lag_report.py);
 # figures/paper_grid/ and figures/testbed_grid/ are their own roots'.
 OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid", "testbed_lags")
-LAG_OUTPUTS = ["REPORT.md", "lag_summary.csv", "lag_claims.csv", "lag_search.csv", "lag_paired.csv"]
+LAG_OUTPUTS = ["REPORT.md", "lag_summary.csv", "lag_claims.csv", "lag_search.csv", "lag_paired.csv",
+               "lag_variants.csv"]
 
 
 @pytest.mark.parametrize("runs, figures", [("experiments/results", FIGURES),
@@ -32,7 +34,9 @@ def test_committed_report_regenerates_from_committed_results(tmp_path, monkeypat
     monkeypatch.chdir(ROOT)  # the report names its --runs argument as given
     code = make_figures.main(["--runs", runs, "--out", str(tmp_path), "--formats", "png"])
     assert code == 0
-    for name in TEXT_OUTPUTS:
+    written = [n for n in TEXT_OUTPUTS if (tmp_path / n).is_file()]
+    assert written == [n for n in TEXT_OUTPUTS if (figures / n).is_file()]
+    for name in written:
         assert (tmp_path / name).read_text() == (figures / name).read_text(), name
     # The same figures, every suite's included: a figure now skipped (or new) shows here.
     committed = {str(p.relative_to(figures)) for p in figures.rglob("*.png")
@@ -46,18 +50,30 @@ def test_committed_report_regenerates_from_committed_results(tmp_path, monkeypat
     assert suite_dirs(figures) == suite_dirs(tmp_path)
 
 
-def test_committed_testbed_lag_report_regenerates_from_committed_results(tmp_path, monkeypatch):
-    figures = FIGURES / "testbed_lags"
+# Each lag report and the roots it was drawn from (experiments/testbed_lags/README.md: a lag
+# joins when its 8 seeds are in; 4x ppo is the on-policy reference at the lags' update size).
+LAG_REPORTS = {
+    "testbed_lags": ["experiments/testbed_lags/ramble_delay_4",
+                     "experiments/testbed_lags/ramble_delay_16",
+                     "experiments/testbed_grid/ramble_1x", "experiments/testbed_grid/ramble_4x/ppo"],
+    "lag": ["experiments/lag_results"],
+    "lag_large": ["experiments/lag_results_large"],
+    "lag_guess": ["experiments/lag_results_guess"],
+}
+
+
+@pytest.mark.parametrize("report", sorted(LAG_REPORTS))
+def test_committed_lag_report_regenerates_from_committed_results(tmp_path, monkeypatch, report):
+    figures = FIGURES / report
     if not (figures / "REPORT.md").is_file():
-        pytest.skip("no committed testbed lag report yet")
-    # the roots the committed report was drawn from (experiments/testbed_lags/README.md): a
-    # lag joins when its 8 seeds are in, so a lag still running stays out of the report
-    roots = ["experiments/testbed_lags/ramble_delay_4", "experiments/testbed_lags/ramble_delay_16",
-             "experiments/testbed_grid/ramble_1x"]
+        pytest.skip(f"no committed lag report {report} yet")
     title = (figures / "REPORT.md").read_text().splitlines()[0].removeprefix("# ")
     monkeypatch.chdir(ROOT)
-    code = lag_report.main(["--runs", *roots, "--out", str(tmp_path), "--title", title])
+    code = lag_report.main(["--runs", *LAG_REPORTS[report], "--out", str(tmp_path),
+                            "--title", title])
     assert code == 0
-    for name in LAG_OUTPUTS:
+    written = [n for n in LAG_OUTPUTS if (tmp_path / n).is_file()]
+    assert written == [n for n in LAG_OUTPUTS if (figures / n).is_file()]
+    for name in written:
         assert (tmp_path / name).read_text() == (figures / name).read_text(), name
     assert {p.name for p in figures.glob("*.png")} == {p.name for p in tmp_path.glob("*.png")}

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analysis import make_figures
-from analysis.doc_blocks import BLOCK, fill
+from analysis.reports.doc_blocks import BLOCK, fill
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS_WITH_BLOCKS = [p for p in sorted((ROOT / "docs").glob("*.md")) if BLOCK.search(p.read_text())]
@@ -44,7 +44,7 @@ def test_blocks_are_filled_from_the_reports_csvs(tmp_path):
     doc = ("intro\n<!-- generated: claims (rep) -->\nstale text\n<!-- /generated: claims -->\n"
            "<!-- generated: results (rep) -->\n<!-- /generated: results -->\nend\n")
     got = fill(doc, tmp_path)
-    assert got.startswith("intro\n<!-- generated: claims (rep) -->\n2 claims (suite S1 of the "
+    assert got.startswith("intro\n<!-- generated: claims (rep) -->\n2 claims counted (suite S1 of the "
                           "report): 1 held, 1 not settled; after Holm's correction over the 2 "
                           "tested rows: 2 not settled.\n")
     assert "stale text" not in got and got.endswith("<!-- /generated: results -->\nend\n")
@@ -60,7 +60,7 @@ def test_blocks_are_filled_from_the_reports_csvs(tmp_path):
 @pytest.mark.parametrize("doc", DOCS_WITH_BLOCKS, ids=lambda p: p.name)
 def test_committed_docs_quote_the_committed_reports(doc):
     text = doc.read_text()
-    assert fill(text, ROOT) == text, (f"{doc.name} is stale: python analysis/doc_blocks.py "
+    assert fill(text, ROOT) == text, (f"{doc.name} is stale: python analysis/reports/doc_blocks.py "
                                       f"{doc.relative_to(ROOT)}")
 
 

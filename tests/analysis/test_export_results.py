@@ -9,9 +9,9 @@ import sys
 import pandas as pd
 import pyarrow.parquet as pq
 
-from analysis.loader import load_runs
-from analysis.report import write_report
-from analysis.summary import run_summary
+from analysis.core.loader import load_runs
+from analysis.core.summary import run_summary
+from analysis.reports.paper import write_report
 from experiments import export_results as export
 from tests.conftest import REPO, config_error
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.final import alignment_note, final_window
-from analysis.loader import load_runs
-from analysis.search_ceiling import annotate, grid_end, reach
+from analysis.core.final import alignment_note, final_window
+from analysis.core.loader import load_runs
+from analysis.core.search_ceiling import annotate, grid_end, reach
 
 
 def _delayed(write_run, root, method, seed, delay, steps, staleness=4):

@@ -9,12 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.fig_lag import outside_clip, paired_rows, ratio_shares
-from analysis.lag_claims import lag_claims
+from analysis.claims.lag import lag_claims
+from analysis.core.builds import check_one_warm_start
+from analysis.core.lags import lag_table, steady_updates
+from analysis.core.loader import load_runs
+from analysis.figures.lag_forest import paired_rows
+from analysis.figures.lag_ratios import outside_clip, ratio_shares
 from analysis.lag_report import main as lag_report_main
-from analysis.lag_report import task_label
-from analysis.lag_runs import check_one_warm_start, lag_table, steady_updates
-from analysis.loader import load_runs
+from analysis.reports.lag import task_label
 from tests.conftest import config_error
 
 T975_2 = 4.302652729911275  # Student t, 97.5%, 2 degrees of freedom (3 seeds)
@@ -229,6 +231,23 @@ def test_paired_rows_are_per_seed_differences_with_a_t_interval():
     # the t table has 3 decimals (4.303)
     assert row["high"] - row["mean"] == pytest.approx(T975_2 * sd / np.sqrt(3), rel=2e-4)
     assert row["per_seed"] == pytest.approx(list(diffs))
+    # its paired t-test: t = 0.11 / (0.01 / sqrt 3) = 19.05 on 2 df; P(|T| > t) = 1 - t /
+    # sqrt(t^2 + 2) for 2 df (closed form): 0.00274
+    t = 0.11 / (sd / np.sqrt(3))
+    assert row["p"] == pytest.approx(1 - t / np.sqrt(t * t + 2), rel=1e-6)
+    # Holm over the table's rows: bapo's three rows and clip_higher's (whose accuracy rows
+    # are exactly 0 on every seed: no spread, no test); the entropy rows differ by a constant
+    # +0.01: no spread either. One tested row: its adjusted p is its own.
+    assert d["p"].notna().sum() == 2 and row["holm_p"] == pytest.approx(2 * row["p"])
+
+
+def test_paired_rows_name_a_gradient_clipping_gap():
+    s = _summary((0.10, 0.12, 0.11)).assign(steady_grad_clipped=0.10)
+    s.loc[s["method"] == "bapo", "steady_grad_clipped"] = 0.02
+    d = paired_rows(s).set_index(["method", "metric"])
+    assert d.loc[("bapo", "final_greedy_acc"), "note"] == (
+        "confound: gradient-norm clipping binds on 2% (bapo) vs 10% (ppo) of updates")
+    assert d.loc[("clip_higher", "final_greedy_acc"), "note"] == ""
 
 
 def test_claim_verdicts_follow_the_paired_interval():
@@ -299,7 +318,7 @@ def _searched(outcomes: list[tuple[str, bool]], rho0: float = 0.4) -> pd.DataFra
 
 
 def test_search_claim_compares_the_reach_rate_with_its_ceiling():
-    from analysis.stats import Z975
+    from analysis.core.stats import Z975
 
     # 10 updates: 6 at start; of the 4 below rho0, 1 reached and 3 ended at the grid's end
     # below rho0 (no bounds reach it): ceiling 1 of 4, reached 1 of 4 -> held
@@ -355,16 +374,21 @@ def test_report_cli_writes_claims_tables_and_figures(tmp_path, write_run):
 
 
 def test_lag_training_draws_a_line_per_lag_and_says_when_there_is_one(tmp_path, write_run):
-    from analysis.fig_lag import fig_lag_training
-    from analysis.lag_report import ppo_by_lag
-    from analysis.plotting import Options
+    from analysis.core.lags import coupled_with_lag
+    from analysis.figures.contract import Options
+    from analysis.figures.lag_training import fig_lag_training
 
     for delay in (1, 4):
         _delayed(write_run, tmp_path / "runs", "ppo", 0, delay)
     runs = load_runs([tmp_path / "runs"])
-    steps, lags = ppo_by_lag(runs)
+    steps, lags = coupled_with_lag(runs, "ppo")
     res = fig_lag_training(steps, lags, Options(out=tmp_path, formats=("png",), dpi=30))
     assert set(res.data["lag"]) == {"4-7", "16-19"}  # one line per lag, every metric
+    # x in optimizer updates: 4 a step at 4x, the end of step s at (s + 1) * 4; a delay of 4
+    # steps trains on the initial weights' rollouts up to update 16 (dotted there)
+    late = res.data[(res.data["lag"] == "16-19") & (res.data["metric"] == "reward_mean")]
+    assert sorted(late["updates"]) == [4 * (s + 1) for s in range(6)]
+    assert late.set_index("updates")["warm_up"].to_dict() == {u: u <= 16 for u in late["updates"]}
     assert res.extra["title"]["title"].iat[0].startswith("ppo's training by lag (2 lags)")
     one = lags[lags["lag"] == "4-7"]
     res = fig_lag_training(steps[steps["run_id"].isin(one["run_id"])], one,
@@ -397,8 +421,8 @@ def test_report_cli_exits_2_on_runs_of_two_warm_starts(tmp_path, write_run, caps
 
 
 def test_corrections_table_is_per_lag_and_anchor_over_seeds(tmp_path):
-    from analysis.fig_lag import corrections_table, fig_lag_corrections
-    from analysis.plotting import Options
+    from analysis.figures.contract import Options
+    from analysis.figures.lag_corrections import corrections_table, fig_lag_corrections
 
     rows = [{"method": "ppo", "source": "delay", "lag": lag, "lag_low": low, "anchor": a,
              "seed": s, "final_greedy_acc": base + 0.01 * s}
@@ -414,7 +438,7 @@ def test_corrections_table_is_per_lag_and_anchor_over_seeds(tmp_path):
 
 
 def test_positive_share_by_lag_counts_updates_below_rho0():
-    from analysis.lag_report import positive_share_by_lag
+    from analysis.reports.lag_sections import positive_share_by_lag
 
     u = pd.DataFrame({"lag": ["0-3"] * 4 + ["16-19"] * 2, "run_id": ["a", "a", "b", "b", "c", "c"],
                       "rho": [0.3, 0.5, 0.45, 0.39, 0.6, None]})
@@ -426,14 +450,14 @@ def test_positive_share_by_lag_counts_updates_below_rho0():
 
 
 def test_lag_order_puts_the_narrower_lag_first_on_a_tie():
-    from analysis.fig_lag import lag_order
+    from analysis.figures.lag_common import lag_order
 
     labels = pd.Series(["16-19", "0-3", "0", "4-7", "0-3"])
     assert lag_order(labels, pd.Series([16, 0, 0, 4, 0])) == ["0", "0-3", "4-7", "16-19"]
 
 
 def test_a_variant_is_paired_with_its_method_and_with_ppo_at_its_lag():
-    from analysis.lag_variants import variant_table
+    from analysis.reports.lag_variants import variant_table
 
     s = _summary((-0.15, -0.16, -0.14))  # bapo 0.15 below ppo on every seed
     # a bapo variant 0.10 above bapo (0.05 below ppo) on every seed, at the same lag
@@ -465,3 +489,28 @@ def test_task_label_names_the_params_a_run_changes_from_the_task_yaml():
     assert task_label({"name": "guess_check", "params": {"max_value": 20}}) == "`guess_check`"
     assert task_label({"name": "guess_check", "params": {"max_value": 30}}) == "`guess_check` (max_value 30)"
     assert task_label({}) == "`arithmetic`"
+
+
+def test_every_lag_quantity_is_over_the_steady_steps(tmp_path, write_run):
+    from analysis.core.lags import lag_summary
+
+    # a delay of 2 steps: steps 0 and 1 train on the initial weights' rollouts
+    run = _delayed(write_run, tmp_path, "ppo", 0, 2, steps=12)
+    s = lag_summary(load_runs([tmp_path])).iloc[0]
+    steps = pd.DataFrame(run.steps)
+    steady = steps[steps["step"] >= 2]
+    e = steady["entropy_mean"]
+    assert s["entropy_drift"] == pytest.approx(e.tail(5).mean() - e.head(5).mean())
+    assert s["length_neg"] == pytest.approx(steady["response_length_neg"].mean())
+    whole = steps["entropy_mean"]  # what it was before: the warm-up's steps in the first window
+    assert s["entropy_drift"] != pytest.approx(whole.tail(5).mean() - whole.head(5).mean())
+
+
+def test_final_evals_off_the_eval_grid_are_named():
+    from analysis.reports.lag_sections import _spacing_lines, equally_spaced
+
+    assert equally_spaced("80/100/120") and equally_spaced("10/20") and not equally_spaced("40/45/46")
+    s = pd.DataFrame({"lag": ["64-67", "64-67", "0"], "final_eval_steps": ["40/45/46"] * 2 + ["80/100/120"]})
+    (line, _) = _spacing_lines(s)
+    assert line.startswith("Final evals not equally spaced: lag 64-67 (steps 40/45/46). ")
+    assert _spacing_lines(s[s["lag"] == "0"]) == []

@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.multiplicity import holm, with_holm
-from analysis.stats import fmt_ci, incomplete_beta, mean_ci, score_p, t_sf, two_sided_p, wilson
-from analysis.verdicts import Claim, across_levels, in_range, threshold
+from analysis.claims.rules import Claim, across_levels, in_range, threshold
+from analysis.core.multiplicity import holm, with_holm
+from analysis.core.stats import fmt_ci, incomplete_beta, mean_ci, score_p, t_sf, two_sided_p, wilson
 
 
 @pytest.mark.parametrize("t", [-2.0, 0.0, 0.3, 1.0, 5.0])

@@ -8,9 +8,9 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.grad_clip import clipped_flags, confound_note
-from analysis.paired import DOWN, UP, direction_verdict, fmt_paired, paired_difference
-from analysis.verdicts import Claim, across_levels, directed, no_change
+from analysis.claims.rules import Claim, across_levels, directed, no_change
+from analysis.core.grad_clip import clipped_flags, confound_note
+from analysis.core.paired import DOWN, UP, direction_verdict, fmt_paired, paired_difference
 
 T1, T2 = 12.706, 4.303  # t(0.975, df=1) and t(0.975, df=2), from any Student-t table
 

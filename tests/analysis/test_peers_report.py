@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import yaml
 
-from analysis import fig_final, make_figures, style
-from analysis.loader import load_runs
+from analysis import make_figures
+from analysis.core import style
+from analysis.core.loader import load_runs
+from analysis.figures import final as fig_final
 from tests.conftest import REPO
 
 PEERS = yaml.safe_load((REPO / "experiments" / "sweeps.yaml").read_text())["peers"]["grid"]["method"]

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis import make_figures
-from analysis.entropy_law import (
+from analysis.core.entropy_law import (
     MEASURED,
     PREDICTED,
     entropy_drift,
@@ -25,11 +25,11 @@ from analysis.entropy_law import (
     summed_change,
     update_pairs,
 )
-from analysis.fig_entropy_law import fig_entropy_law
-from analysis.loader import load_runs
-from analysis.plotting import SkipFigure
-from analysis.random_reward import cell_table, random_suites, suite_claims
-from analysis.stats import wilson
+from analysis.core.loader import load_runs
+from analysis.core.stats import wilson
+from analysis.figures.contract import SkipFigure
+from analysis.figures.entropy_law import fig_entropy_law
+from analysis.reports.random_reward import cell_table, random_suites, suite_claims
 
 T2 = 4.303  # t(0.975, df=2): three seeds
 STEPS, LAST_K = 4, 2  # drift = mean entropy of steps 2, 3 minus that of steps 0, 1

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from experiments.calibration.testbed_judge import (
     check_one_level,
@@ -129,3 +130,19 @@ def test_token_stats_are_not_taken_from_an_exports_sample(tmp_path):
     assert whole == {"band_mass": 0.0, "length_ratio": 2.0, "tail": 2 / 6}  # r = 1 is in no band; 4 / 2
     (tmp_path / "tokens" / "step_000.parquet").rename(tmp_path / "tokens" / "sampled.parquet")
     assert all(math.isnan(v) for v in token_stats(tmp_path).values())
+
+
+def test_token_stats_leave_out_a_delay_queues_warm_up(tmp_path):
+    from experiments.calibration.testbed_targets import TOKEN_COLUMNS, token_stats
+
+    # step 0 (warm-up of a 1-step delay): one negative token at r = 0.7, in the band; step 1:
+    # the same token at r = 1.0, in no band. Whole run: mass 0.7 of 1.7 in the band; steady: 0.
+    rows = pd.DataFrame({"step": [0, 1], "update": 0, "response_id": 0, "group_id": 0,
+                         "position": 0, "ratio": [0.7, 1.0], "advantage": -1.0, "in_loss": True,
+                         "reward": 0.0, "response_length": 1,
+                         "logp_behavior": np.log([0.5, 0.5])})[TOKEN_COLUMNS]
+    (tmp_path / "tokens").mkdir()
+    rows.to_parquet(tmp_path / "tokens" / "step_000.parquet")
+    assert token_stats(tmp_path)["band_mass"] == pytest.approx(0.7 / 1.7)
+    (tmp_path / "config.yaml").write_text("offpolicy: {source: delay, delay: 1}\n")
+    assert token_stats(tmp_path)["band_mass"] == 0.0

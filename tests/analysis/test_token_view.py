@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis import token_view
-from analysis.token_view_data import open_run
+from analysis.reports.token_data import open_run
 from src.run_vocab import NO_GRADIENT_STATES
 from src.telemetry import TOKEN_SCHEMA
 

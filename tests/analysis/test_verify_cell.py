@@ -145,7 +145,7 @@ def _set_evals(run_dir: Path, greedy: list[float]) -> None:
 
 
 def test_a_difference_is_judged_by_the_committed_seeds_interval(tmp_path, write_run):
-    from analysis.stats import t975
+    from analysis.core.stats import t975
 
     runs = [write_run(tmp_path / "runs", "bapo", 4, s, steps=4, evals_every=2) for s in range(3)]
     # three evals each (steps 0, 2, 4): "final" is their mean

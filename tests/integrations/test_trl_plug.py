@@ -171,7 +171,7 @@ def test_incompatible_trl_knobs_fail_by_name(tmp_path, tokenizer, dataset, knob,
 def test_trains_and_writes_run_dir(tmp_path, tokenizer, dataset, method):
     import pyarrow.parquet as pq
 
-    from analysis.loader import load_runs
+    from analysis.core.loader import load_runs
 
     torch.manual_seed(0)
     model = tiny_model(tokenizer)

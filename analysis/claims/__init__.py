@@ -1,0 +1,1 @@
+"""The paper's claims declared as rows, and the one module that judges them."""

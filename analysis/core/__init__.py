@@ -1,0 +1,1 @@
+"""Loading, cells, statistics, paired comparisons, multiplicity, plotting and style."""

@@ -1,0 +1,112 @@
+"""The files of one run dir, read: where run dirs are, metrics.jsonl (a truncated last line
+dropped), config.yaml in today's method layout, and the run's identity."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from src.run_vocab import upgrade_method_layout
+
+_SKIP_DIRS = {"tokens", "checkpoints", "__pycache__"}
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def discover(roots: Iterable[Path]) -> tuple[list[tuple[Path, Path]], list[str]]:
+    """(root, dir) of every dir holding run artefacts (metrics.jsonl or status.json)."""
+    found, messages = [], []
+    for root in roots:
+        root = Path(root)
+        if not root.is_dir():
+            messages.append(f"{root}: not a directory, nothing read from it")
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            # Hidden dirs (.hydra holds another config.yaml) and run internals are no runs.
+            dirnames[:] = sorted(
+                d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS
+            )
+            if "metrics.jsonl" in filenames or "status.json" in filenames:
+                found.append((root, Path(dirpath)))
+                dirnames[:] = []  # a run dir holds no other run dirs
+    return found, messages
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records of a metrics.jsonl; a truncated last line (crash mid-write) is dropped."""
+    records, notes = [], []
+    lines = path.read_bytes().splitlines()
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            where = "truncated last line dropped" if i == last else f"corrupt line {i + 1} skipped"
+            notes.append(f"metrics.jsonl: {where}")
+            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+    return records, notes
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def identity(cfg: dict[str, Any], meta: dict[str, Any], path: Path) -> dict[str, Any] | str:
+    """method/staleness/seed/experiment from config, then meta.json, then the path."""
+
+    def get(dotted: str) -> Any:
+        node: Any = cfg
+        for k in dotted.split("."):
+            node = node.get(k) if isinstance(node, dict) else None
+        return node
+
+    method = get("method.name") or meta.get("method")
+    if not method:
+        return "config.yaml has no method.name"
+    staleness = (
+        get("train.staleness") if get("train.staleness") is not None else meta.get("staleness")
+    )
+    if staleness is None:
+        return "config.yaml has no train.staleness"
+    seed = get("seed") if get("seed") is not None else meta.get("seed")
+    if seed is None:
+        m = re.search(r"seed(\d+)", str(path))
+        if not m:
+            return "no seed in config.yaml, meta.json or the path"
+        seed = m.group(1)
+    experiment = get("experiment.name") or meta.get("experiment") or path.parent.parent.name
+    return {
+        "method": str(method),
+        "method_name": str(method),
+        "staleness": int(staleness),
+        "seed": int(seed),
+        "experiment": str(experiment),
+    }
+
+
+def read_config(path: Path) -> dict[str, Any] | str:
+    """The run's config.yaml in today's method layout, or why it cannot be read."""
+    if not (path / "config.yaml").is_file():
+        return "missing config.yaml"
+    if not (path / "metrics.jsonl").is_file():
+        return "missing metrics.jsonl"
+    try:
+        cfg = yaml.load((path / "config.yaml").read_text(), Loader=_YAML_LOADER) or {}
+    except (OSError, yaml.YAMLError) as e:
+        return f"unreadable config.yaml ({type(e).__name__})"
+    if not isinstance(cfg, dict):
+        return "config.yaml is not a mapping"
+    return upgrade_method_layout(cfg)

@@ -1,0 +1,1 @@
+"""Every figure, under one contract (figures/contract.py)."""

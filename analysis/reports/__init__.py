@@ -1,0 +1,1 @@
+"""The reports: the paper grid's, the lag sweeps', the random-reward section, the token viewer's data."""

@@ -1,0 +1,83 @@
+"""Markdown of the reports: tables, verdict counts, and the order and labels of cells and
+suites that every table shares."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.claims.rules import VERDICTS
+from analysis.core import style
+from analysis.core.cells import experiment_order
+from analysis.core.multiplicity import fmt_holm
+
+
+def by_construction(claims: pd.DataFrame) -> pd.Series:
+    """Which rows hold by construction (shown, not counted as evidence)."""
+    if "by_construction" not in claims:
+        return pd.Series(False, index=claims.index)
+    return claims["by_construction"].fillna("").astype(str) != ""
+
+
+def verdict_counts(claims: pd.DataFrame, column: str = "verdict") -> str:
+    """'6 held, 2 not held, 7 not settled' (the kinds present, in VERDICTS order), over the
+    rows that are evidence; '; 2 by construction (shown, not counted)' after them."""
+    built = by_construction(claims)
+    counts = claims.loc[~built, column].value_counts()
+    text = ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts) or "no claims"
+    return text + (f"; {int(built.sum())} by construction (shown, not counted)"
+                   if built.any() else "")
+
+
+def shown_claims(claims: pd.DataFrame) -> pd.DataFrame:
+    """A claims table as REPORT.md shows it: `after Holm` in words, and a row that holds by
+    construction marked so in its verdict and explained in its note."""
+    built = by_construction(claims)
+    why = claims["by_construction"] if "by_construction" in claims else pd.Series("", claims.index)
+    out = claims.assign(**{"after Holm": claims.apply(fmt_holm, axis=1)})
+    out["verdict"] = [f"{v} (by construction)" if b else v
+                      for v, b in zip(out["verdict"], built, strict=True)]
+    out["note"] = [f"holds by construction, not counted: {w}" + (f"; {n}" if n else "")
+                   if b else n for b, w, n in zip(built, why, out["note"], strict=True)]
+    return out
+
+
+def holm_counts(claims: pd.DataFrame) -> str:
+    """The line under the raw counts: the same claims after Holm's correction over the
+    table's tested rows (analysis/core/multiplicity.py)."""
+    tests = int(claims["tests"].iat[0]) if len(claims) else 0
+    return (f"After Holm's correction over the {tests} tested rows: "
+            f"{verdict_counts(claims, 'holm_verdict')}.")
+
+
+def md_table(df: pd.DataFrame) -> str:
+    cells = df.astype(str).map(lambda v: v.replace("|", "\\|").replace("\n", " "))
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in cells.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def order_cells(df: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """Rows by suite (largest first), experiment (by staleness), then the canonical method
+    order: within one experiment the methods compared side by side."""
+    rank = {m: i for i, m in enumerate(style.method_order(df["method"].unique()))}
+    exps = experiment_order(set(zip(df["experiment"], df["staleness"], strict=True)))
+    keys = {
+        "suite": lambda c: c.map({x: i for i, x in enumerate(suites)}),
+        "experiment": lambda c: c.map({x: i for i, x in enumerate(exps)}),
+        "method": lambda c: c.map(rank),
+    }
+    by = [c for c in ("suite", "experiment", "method") if c in df.columns]
+    return df.sort_values(by, key=lambda c: keys[c.name](c), kind="stable").reset_index(drop=True)
+
+
+def suite_labels(suites: list[str]) -> dict[str, str]:
+    """Short labels S1, S2, ... for the suites (largest first), defined once in REPORT.md's
+    suite table and used in every other table."""
+    return {s: f"S{i + 1}" for i, s in enumerate(suites)}
+
+
+def shown_cols(df: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """The suite column, by its short label, only when there is more than one suite."""
+    if len(suites) <= 1:
+        return df.drop(columns=["suite"], errors="ignore")
+    return df.assign(suite=df["suite"].map(suite_labels(suites))) if "suite" in df else df
