@@ -31,6 +31,9 @@ ROW_COLUMNS = ["step", "update", "response_id", "group_id", "position", "token_i
                "logp_behavior", "logp", "ratio", "advantage", "entropy", "clip_state",
                "in_loss", "c_low", "c_high", "reward", "response_length"]
 VERSION_COLUMNS = ["policy_version", "lag"]  # absent from runs written before they existed
+# the sampler's log-prob and the mismatch correction's weight and verdict (docs/mismatch.md);
+# the last two are absent from runs written before the corrections existed
+MISMATCH_COLUMNS = ["logp_sampler", "is_weight", "rs_keep"]
 ROW_ORDER = ["step", "update", "group_id", "response_id", "position"]
 PAIR_KEY = ["step", "update", "response_id", "position"]
 REPO = Path(__file__).resolve().parents[2]
@@ -109,7 +112,7 @@ def read_rows(view: ViewRun) -> pd.DataFrame:
     missing = [c for c in ROW_COLUMNS if c not in names]
     if missing:
         raise ViewError(f"{view.path}: token rows lack columns {missing}")
-    columns = ROW_COLUMNS + [c for c in VERSION_COLUMNS if c in names]
+    columns = ROW_COLUMNS + [c for c in VERSION_COLUMNS + MISMATCH_COLUMNS if c in names]
     table = read_tokens(view.run, columns, lambda run, text: None)
     if table is None or table.num_rows == 0:
         raise ViewError(f"{view.path}: token rows unreadable or empty")

@@ -65,6 +65,11 @@ def pack_run(packer: Packer, rows: pd.DataFrame, token_index: np.ndarray,
     if "policy_version" in rows.columns:
         cols["pv"] = packer.add(rows["policy_version"].to_numpy(), "int32")
         cols["lag"] = packer.add(rows["lag"].to_numpy(), "int32")
+    if "logp_sampler" in rows.columns:  # the mismatch: the sampler's log-prob, the correction's
+        cols["lps"] = packer.add(rows["logp_sampler"].to_numpy(), "float32")
+    if "is_weight" in rows.columns:
+        cols["isw"] = packer.add(rows["is_weight"].to_numpy(), "float32")
+        cols["rsk"] = packer.add(rows["rs_keep"].to_numpy(), "uint8")
     if partner is not None:
         cols["pair"] = packer.add(partner, "int32")
     if exact is not None:

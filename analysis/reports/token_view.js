@@ -140,6 +140,22 @@ const MODES = {
     },
     note: "optimizer updates between the weights that sampled the token and this update",
   },
+  mismatch: {
+    label: "mismatch (sampler vs trainer)",
+    edges: [-0.1, -0.01, 0.01, 0.1],
+    palette: [["π_old / μ < 0.90", "#2166ac", "#fff"], ["0.90–0.99", "#d1e5f0"], ["0.99–1.01", null],
+              ["1.01–1.11", "#fddbc7"], ["≥ 1.11", "#b2182b", "#fff"],
+              ["rejected by the correction", "#252525", "#fff"]]
+      .map(([label, bg, fg]) => ({ label, bg, fg })),
+    classify(r, i) {
+      const c = R[r].c;
+      if (!c.lps) return -1;
+      if (c.rsk && !c.rsk[i]) return 5;
+      const k = bins(this.edges, c.lpb[i] - c.lps[i]);
+      return k === 2 ? -1 : k;
+    },
+    note: "log(π_old / μ): the trainer's behaviour log-prob against the sampler's own (rollout.precision, kernels); the token's IS weight is in its details",
+  },
 };
 if (VS) {
   MODES.compare = {
@@ -485,7 +501,7 @@ function renderTokens(st) {
 // -- details of one token: a strip at the bottom, one row per run --------------------------------
 const INFO_COLUMNS = ["run", "token", "response · position", "behaviour p", "p under π_θ (before the update)",
                       "ratio (the clipped one)", "advantage", "entropy", "clip state", "policy version / lag",
-                      "update's c_low / c_high"];
+                      "update's c_low / c_high", "sampler p · IS weight (correction)"];
 
 function tokenCells(r, i) {
   const c = R[r].c;
@@ -501,6 +517,7 @@ function tokenCells(r, i) {
     `${HEAD.clip_states[c.state[i]]} (${grad(r, i) ? "gradient kept" : "<b>no gradient</b>"})${c.loss[i] ? "" : ", not in the loss"}`,
     c.pv ? `${c.pv[i]} / ${c.lag[i]}` : "not logged",
     `${fixed(c.clo[i])} / ${fixed(c.chi[i])}`,
+    c.lps ? `${fmt(Math.exp(c.lps[i]))} · ${c.isw && Number.isFinite(c.isw[i]) ? fmt(c.isw[i], 4) : "none"}${c.rsk && !c.rsk[i] ? ", <b>rejected</b>" : ""}` : "not logged",
   ];
 }
 

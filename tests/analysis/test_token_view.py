@@ -80,6 +80,8 @@ def make_run(write_run, root: Path, method: str, vocab: int, *, seed: int = 0) -
     rows["policy_version"] = np.where(rows["step"] == 0, 0, 2).astype(np.int32)
     rows["lag"] = (rows["step"] * 2 + rows["update"] - rows["policy_version"]).astype(np.int32)
     rows.loc[rows["response_id"] == 1, "advantage"] = 0.0  # update 1 holds every sign
+    # the mismatch correction's columns: no IS weight, every token kept (a run without one)
+    rows["is_weight"], rows["rs_keep"] = np.float32("nan"), True
     write_tokens(synth.path, rows)
     return synth.path
 
@@ -359,3 +361,29 @@ def test_comparison_pairs_tokens_and_filters_by_the_left_run(runs, tokenizer_dir
     assert set(dom.keys(0, cls="flip")) == set(as_keys(pairs[grad_a != grad_b], "a"))
     paired_a = set(as_keys(pairs, "a"))
     assert set(dom.keys(0, cls="np")) == set(keys(a_here)) - paired_a
+
+
+@needs_browser
+def test_mismatch_colouring_marks_the_gap_and_the_rejected(runs, tokenizer_dir, tmp_path, capsys):
+    """`color=mismatch`: each token by log(pi_old / mu), the behaviour pass against the
+    sampler, in the bins of the legend; a token the correction rejected in the dark class,
+    whatever its gap."""
+    run = tmp_path / "mismatch" / "seed0"
+    shutil.copytree(runs["bapo"], run)
+    rows = read_tokens(run)
+    gaps = np.array([-0.2, -0.05, 0.0, 0.05, 0.2])  # one per class: k0, k1, none, k3, k4
+    rows["logp_sampler"] = (rows["logp_behavior"] - gaps[np.arange(len(rows)) % 5]).astype(np.float32)
+    rows["rs_keep"] = rows["response_id"] % 7 != 0
+    rows["is_weight"] = np.float32(1.0)
+    write_tokens(run, rows)
+    out = tmp_path / "view.html"
+    code, err = build([run, "--tokenizer", tokenizer_dir, "--out", out], capsys)
+    assert code == 0, err
+    dom = open_in_browser(out, "step=1&update=1&color=mismatch", tmp_path)
+    expected = shown_rows(read_tokens(run), 1, 1)
+    d = expected["logp_behavior"] - expected["logp_sampler"]
+    by_hand = np.select([~expected["rs_keep"], d < -0.1, d < -0.01, d < 0.01, d < 0.1],
+                        ["k5", "k0", "k1", "", "k3"], "k4")
+    assert set(by_hand) == {"k0", "k1", "", "k3", "k4", "k5"}  # every class occurs
+    for k in ("k0", "k1", "k3", "k4", "k5"):
+        assert dom.keys(0, cls=k) == keys(expected[by_hand == k]), k
