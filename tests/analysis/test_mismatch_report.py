@@ -1,0 +1,88 @@
+"""The mismatch report (analysis/mismatch_report.py) on synthetic runs: settings from the
+configs, the claim rows paired by seed as computed by hand, only the methods that ran with a
+low-precision sampler, and bad input named before any work."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import mismatch_report
+from analysis.core.stats import t975
+
+SEEDS = (0, 1, 2)
+SETTINGS = {"int8/none": {"rollout.precision": "int8", "correction.name": "none"},
+            "int8/tis": {"rollout.precision": "int8", "correction.name": "tis"},
+            "int8/seq_mis": {"rollout.precision": "int8", "correction.name": "seq_mis"}}
+
+
+def _shift_evals(path, by: float) -> None:
+    """The synthetic writer draws the same evals for every variant of a (method, seed): move
+    this run's sampled accuracy after step 0 by `by`, so settings differ."""
+    lines = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    for r in lines:
+        if r["kind"] == "eval" and r["step"] > 0:
+            r["sampled_accuracy"] += by
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def _final_sampled(path) -> float:
+    evals = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    return float(np.mean([e["sampled_accuracy"] for e in evals if e["kind"] == "eval"][-3:]))
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    from tests.analysis.conftest import write_run
+
+    root = tmp_path_factory.mktemp("mismatch")
+    paths: dict[tuple[str, str, int], object] = {}
+    for seed in SEEDS:
+        for method in ("ppo", "bapo"):
+            paths[(method, "fp32/none", seed)] = write_run(
+                root / "fp32", method, 4, seed, experiment="ramble", steps=6).path
+            for i, (name, keys) in enumerate(SETTINGS.items()):
+                paths[(method, name, seed)] = write_run(
+                    root / "low", method, 4, seed, experiment="ramble", steps=6,
+                    extra_config=keys, tag=name.replace("/", "_")).path
+                _shift_evals(paths[(method, name, seed)], 0.01 * (i + 1) * (seed + 1) - 0.02 * i)
+        # an fp32-only method and an unfinished low-precision run: both left out
+        write_run(root / "fp32", "top_entropy", 4, seed, experiment="ramble", steps=6)
+    write_run(root / "low", "clip_higher", 4, 0, experiment="ramble", steps=6, status="running",
+              extra_config=SETTINGS["int8/none"], tag="int8_none")
+    return root, paths
+
+
+def test_claims_are_the_paired_differences_by_hand(grid, tmp_path):
+    root, paths = grid
+    assert mismatch_report.main(["--runs", str(root / "low"), str(root / "fp32"),
+                                 "--out", str(tmp_path)]) == 0
+    claims = pd.read_csv(tmp_path / "claims.csv")
+    assert len(claims) == 4 and set(claims["verdict"]) <= {"held", "not held", "not settled"}
+    pairs = {0: (("ppo", "int8/none"), ("ppo", "fp32/none")),
+             1: (("ppo", "int8/tis"), ("ppo", "int8/none")),
+             2: (("ppo", "int8/seq_mis"), ("ppo", "int8/none")),
+             3: (("bapo", "int8/none"), ("ppo", "int8/tis"))}
+    for i, (a, b) in pairs.items():
+        d = np.array([_final_sampled(paths[(*a, s)]) - _final_sampled(paths[(*b, s)]) for s in SEEDS])
+        half = t975(len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        assert f"{d.mean():+.3f} ± {half:.3f}" in claims.loc[i, "measured"], claims.loc[i, "measured"]
+    acc = pd.read_csv(tmp_path / "accuracy.csv")
+    assert set(acc["method"]) == {"ppo", "bapo"}  # top_entropy ran at fp32 only; clip_higher unfinished
+    assert set(acc["setting"]) == {"fp32/none", *SETTINGS}
+    assert (acc["seeds"] == len(SEEDS)).all()
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "After Holm's correction over the" in report
+    assert (tmp_path / "fig_mismatch_accuracy.png").is_file()
+
+
+def test_no_low_precision_run_is_bad_input(grid, tmp_path, capsys):
+    root, _ = grid
+    with pytest.raises(SystemExit) as e:
+        mismatch_report.main(["--runs", str(root / "fp32"), "--out", str(tmp_path / "out")])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith("config error: --runs: no run with a low-precision sampler")
+    assert not (tmp_path / "out").exists()
