@@ -31,7 +31,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-import src  # noqa: E402, F401 - pins (or not, numerics=native) before torch loads
+from src.pinning import pin_process  # noqa: E402
+
+if __name__ == "__main__":
+    pin_process()  # pins (or not, numerics=native) before torch loads; its children too
 
 MODES = ("native", "portable")
 

@@ -30,7 +30,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's src, whatever is installed
-import src  # noqa: E402, F401 - before torch: `src` picks the wait policy libgomp will read
+from src.pinning import pin_process  # noqa: E402
+
+if __name__ == "__main__":
+    pin_process()  # before torch: it picks the wait policy libgomp will read
 
 DEFAULT_SETTINGS = ["default", "spin10000", "spin100000", "threads1", "auto"]
 LOAD_JOB = ("import torch\ntorch.set_num_threads(2)\na = torch.randn(512, 512)\n"

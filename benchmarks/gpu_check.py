@@ -35,14 +35,17 @@ from pathlib import Path
 # On a shared CPU, OpenMP's default busy-wait makes 2-thread torch ops many times slower
 # whenever another process holds a core (benchmarks/bench_objectives.py); set before torch.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import torch  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from src.pinning import pin_process  # noqa: E402
+
+if __name__ == "__main__":
+    pin_process()  # the numerics, before torch loads (src/pinning.py)
+
 import gpu_sizing  # noqa: E402
+import torch  # noqa: E402
 
 # Shared by every size: staleness 4, the harder chain-sum mix, evals at the start and end.
 COMMON = [

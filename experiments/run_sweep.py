@@ -55,6 +55,10 @@ REPO = HERE.parent
 if str(REPO) not in sys.path:  # `python experiments/run_sweep.py` puts only experiments/ there
     sys.path.insert(0, str(REPO))
 
+from src.pinning import pin_process  # noqa: E402
+
+pin_process()  # before torch loads, here and (inherited) in every run this sweep starts
+
 from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
 from src.run_dir import register_resolver  # noqa: E402
 

@@ -267,6 +267,9 @@ def resolve_cells(cells: list[str], results: Path) -> list[Path]:
 
 
 def main() -> None:
+    from src.pinning import pin_process
+
+    pin_process()  # before torch loads; the rerun pins its own mode (`numerics=` from meta.json)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -4,6 +4,9 @@ Config problems exit with code 2 and one line naming the key, before Hydra makes
 dir (src/preflight.py checks every job of a multirun first). A finished run dir is
 skipped and an unfinished one resumes from its last checkpoint, but only when it was made
 with the same config (src/run_dir.py). A run ends with a summary of its numbers.
+
+Run as a program it pins the numerics first, before torch loads (src/pinning.py); imported,
+it pins nothing until a job starts (`hydra_main`, which a launcher's worker runs too).
 """
 
 from __future__ import annotations
@@ -16,14 +19,19 @@ import time
 import traceback
 from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from src.pinning import pin_process
 
-from src._wait_policy import CHOICE as WAIT_CHOICE
-from src.config import Config, ConfigError, to_container, validate
-from src.config_fields import config_exit
-from src.run_dir import register_resolver
+if __name__ == "__main__":
+    pin_process()
+
+import hydra  # noqa: E402 - after the pins, as everything that may load torch
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from src._wait_policy import CHOICE as WAIT_CHOICE  # noqa: E402
+from src.config import Config, ConfigError, to_container, validate  # noqa: E402
+from src.config_fields import config_exit  # noqa: E402
+from src.run_dir import register_resolver  # noqa: E402
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 register_resolver()  # ${run_tag:...} in conf/config.yaml's run dir
@@ -191,6 +199,7 @@ def redo_final_eval(run_dir: Path, steps: int, writer, evaluate) -> None:
 # An absolute path: Hydra finds conf/ whether this runs as `python -m src.run` or in-process.
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(raw: DictConfig) -> str:
+    pin_process()  # a launcher's worker process (joblib, submitit): as its import pinned before
     try:
         cfg = validate(raw)
     except ConfigError as e:

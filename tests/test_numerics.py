@@ -106,12 +106,14 @@ def test_the_config_cannot_disagree_with_the_mode_torch_loaded_in(tmp_path):
 
 
 def _loaded(args: list[str], env_extra: dict[str, str] | None = None) -> dict:
-    """What a fresh interpreter that imports `src` then torch uses: (its mode, the ISA)."""
+    """What a fresh interpreter that pins as an entry point does (src/pinning.py), then loads
+    torch, uses: (its mode, the ISA)."""
     import os
 
     env = {k: v for k, v in os.environ.items() if k not in (*PORTABLE_PINS, ENV_MODE, ENV_PINNED)}
     env.update(env_extra or {})
-    code = ("import json, sys\nimport src\nimport torch\nfrom src._numerics import fingerprint\n"
+    code = ("import json, sys\nfrom src.pinning import pin_process\npin_process()\nimport torch\n"
+            "from src._numerics import fingerprint\n"
             "print(json.dumps(fingerprint()))")
     out = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120, check=True)

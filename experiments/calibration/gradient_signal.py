@@ -26,11 +26,16 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
+
+from src.pinning import pin_process  # noqa: E402
+
+if __name__ == "__main__":
+    pin_process()  # the numerics, before torch loads (src/pinning.py)
+
+import torch  # noqa: E402
 
 from src.algorithms import group_advantages, policy_loss  # noqa: E402
 from src.build import build_model, build_optimizer, build_task  # noqa: E402

@@ -31,7 +31,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import src  # noqa: E402,F401 - pins the numerics mode before torch loads
+from src.pinning import pin_process  # noqa: E402
+
+pin_process()  # the numerics mode, before torch loads
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,10 +17,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-import torch
-from trl import GRPOConfig
+from src.pinning import pin_process
 
-from src.integrations.trl_grpo import ProjectGRPOTrainer, trl_knobs
+if __name__ == "__main__":  # a launch pins as `python -m src.run` does; an import pins nothing
+    pin_process()
+
+import torch  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+from src.integrations.trl_grpo import ProjectGRPOTrainer, trl_knobs  # noqa: E402
 
 
 def project_config(cfg: dict, *, seed: int, max_new_tokens: int, temperature: float,
