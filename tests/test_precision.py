@@ -22,10 +22,11 @@ from torch.overrides import TorchFunctionMode
 from src.algorithms import METHODS as REGISTERED
 from src.algorithms import policy_loss
 from src.config import ConfigError
+from src.minibatches import MiniBatch
 from src.models.precision import autocast, autocast_forward
 from src.policy import response_logprobs, sampled_logprobs
 from src.run import execute
-from src.trainer import MiniBatch, Trainer
+from src.trainer import Trainer
 from tests.conftest import compose
 from tests.tiny_policy import B, T, tiny_model, tiny_rollout
 
@@ -134,16 +135,16 @@ def test_update_zero_is_on_policy_under_autocast_and_the_step_moves_the_policy()
                       None, None, None)
     data = tiny_rollout()
     with torch.no_grad():
-        logp_b, ent_b = trainer._score(data)
+        logp_b, ent_b = trainer.scorer(data)
     adv = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
-    done = trainer._backward(MiniBatch(torch.arange(B), data, logp_b, ent_b, adv, torch.zeros(B)),
+    done = trainer.gradient_step.gradient(MiniBatch(torch.arange(B), data, logp_b, ent_b, adv, torch.zeros(B)),
                              on_policy=True)
     assert done.logp.dtype == torch.float32 == logp_b.dtype
     assert bool((done.out.ratio[data.response_mask] == 1).all())  # bit for bit
     assert all(p.grad.dtype == torch.float32 for p in model.parameters())
     torch.optim.AdamW(model.parameters(), lr=1e-2).step()
     with torch.no_grad():
-        after, _ = trainer._score(data)
+        after, _ = trainer.scorer(data)
     assert float((after - logp_b)[data.response_mask].abs().max()) > 1e-3
 
 
@@ -260,12 +261,12 @@ def test_trainer_backward_on_cuda_matches_cpu(method, micro):
         trainer = Trainer(cfg, model, None, None, None, None, None, None, None)
         data = tiny_rollout()
         with torch.no_grad():
-            logp_b, ent_b = trainer._score(data)
+            logp_b, ent_b = trainer.scorer(data)
         logp_b = logp_b - 0.3 * torch.rand(logp_b.shape, generator=torch.Generator().manual_seed(0)).to(device)
         assert logp_b.device.type == device
         adv = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
         mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, adv, torch.zeros(B))
-        done = trainer._backward(mb)
+        done = trainer.gradient_step.gradient(mb)
         assert done.skip_reason is None
         assert done.logp.device.type == device and done.out.loss.device.type == device
         grads[device] = [p.grad.detach().cpu() for p in model.parameters()]

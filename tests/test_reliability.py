@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-import src.trainer as trainer_module
+import src.policy as policy_module
 from src.run import execute
 from tests.conftest import REPO, compose
 from tests.test_e2e import read_metrics
@@ -101,7 +101,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
 
 def _nan_on_updates(monkeypatch, is_bad):
     """NaN log-probs from the update forward pass (grad enabled) on calls n where is_bad(n)."""
-    real = trainer_module.response_logprobs
+    real = policy_module.response_logprobs
     calls = {"n": 0}
 
     def faulty(model, batch, **kw):
@@ -112,7 +112,7 @@ def _nan_on_updates(monkeypatch, is_bad):
                 logp = logp + float("nan")
         return logp, entropy
 
-    monkeypatch.setattr(trainer_module, "response_logprobs", faulty)
+    monkeypatch.setattr(policy_module, "response_logprobs", faulty)
 
 
 def test_nan_logprobs_skip_the_update_and_are_counted(tmp_path, smoke_overrides, monkeypatch, capsys):
