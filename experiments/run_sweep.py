@@ -239,8 +239,8 @@ def plan_jobs(commands: list[list[str]]) -> list[Job]:
     """Every job of every part, in launch order, with its run dir (as the preflight sees it)."""
     from hydra import initialize_config_dir
 
+    from src.lifecycle import read_status
     from src.preflight import CONF_DIR, compose_job, expand_sweep, is_hydra_override, job_run_dir
-    from src.telemetry import read_status
 
     jobs: list[Job] = []
     with contextlib.chdir(REPO), initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -284,8 +284,8 @@ def run_job_safely(raw) -> dict:
     first job that raises). Runs in the launcher's worker process."""
     from hydra.core.hydra_config import HydraConfig
 
+    from src.lifecycle import read_status
     from src.run import hydra_main
-    from src.telemetry import read_status
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     events = Path(os.environ[ENV_EVENTS]) if os.environ.get(ENV_EVENTS) else None

@@ -68,7 +68,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
     proc = kill_after_checkpoint(overrides, crashed, step=2)
     assert json.loads((crashed / "status.json").read_text())["status"] == "running"
     # The killed process held the run dir's lock; the kernel released it, so the rerun below
-    # takes it and resumes (src/run_lock.py).
+    # takes it and resumes (src/lifecycle.py).
     assert (crashed / ".lock").read_text().startswith(f"pid {proc.pid} on host ")
     # The analysis reads the killed run up to its last complete step, and says so.
     from analysis.loader import load_runs
@@ -222,7 +222,7 @@ def test_a_rerun_with_another_method_names_the_method_first(tmp_path):
     import yaml
 
     from src.config import ConfigError, to_container
-    from src.preflight import check_existing_run
+    from src.lifecycle import check_existing_run
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
