@@ -277,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars for every cache load
-    from src.build import build_model, build_task, pick_device
+    from src.build import build_model, build_task
+    from src.device import pick_device
 
     device = pick_device(args.device)
     size = args.size if args.size != "auto" else ("gpu" if device.type == "cuda" else "cpu")

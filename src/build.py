@@ -19,17 +19,10 @@ from typing import Any
 import torch
 
 from src.config import Config
+from src.device import pick_device
 from src.models.precision import autocast_forward
 from src.schedule import updates_per_rollout
 from src.tasks import get_task
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device={name} but torch sees no CUDA device; use device=cpu")
-    return torch.device(name)
 
 
 def build_task(cfg: Config):

@@ -494,7 +494,7 @@ def _check_rollout(c: Config) -> None:
                  f"={dtype} and rollout.precision={precision} both set the engine's dtype; "
                  "keep one (rollout.params.dtype=auto)")
     elif precision != "fp32":
-        from src.build import pick_device
+        from src.device import pick_device
         from src.rollout.sampler_precision import runs_on
 
         try:
