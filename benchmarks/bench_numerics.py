@@ -46,8 +46,9 @@ def sft_child(steps: int) -> None:
     from src._numerics import fingerprint
     from src.models.tiny import build_tiny_model
     from src.models.tokenizer import train_tokenizer
-    from src.models.warm_start import resolve_configs, sft
     from src.tasks import get_task
+    from src.warm_start import resolve_configs
+    from src.warm_start.sft import sft
 
     torch.set_num_threads(2)
     m, s = resolve_configs({"tokenizer_corpus": 2000}, {"steps": 1})

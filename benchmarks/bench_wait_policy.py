@@ -62,8 +62,9 @@ def child(steps: int, threads: int) -> None:
     from src._wait_policy import CHOICE
     from src.models.tiny import build_tiny_model
     from src.models.tokenizer import train_tokenizer
-    from src.models.warm_start import resolve_configs, sft
     from src.tasks import get_task
+    from src.warm_start import resolve_configs
+    from src.warm_start.sft import sft
 
     torch.set_num_threads(threads)
     m, s = resolve_configs({"tokenizer_corpus": 2000}, {"steps": 1})

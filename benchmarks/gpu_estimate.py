@@ -65,10 +65,11 @@ def measure(cfg) -> dict:
     from src.build import build_task
     from src.models.tiny import build_tiny_model
     from src.models.tokenizer import train_tokenizer
-    from src.models.warm_start import resolve_configs, sft_batch
     from src.policy import response_logprobs
     from src.rollout import Rollout
     from src.rollout.hf import HFRollout
+    from src.warm_start import resolve_configs
+    from src.warm_start.sft import sft_batch
 
     task = build_task(cfg)
     arch, sft = resolve_configs(dict(cfg.model.architecture), dict(cfg.model.sft))

@@ -33,7 +33,7 @@ def build_model(cfg: Config, task, device: torch.device, progress: bool):
     """(model, tokenizer, info) on `device`. Tiny models come from the warm-start cache (built
     once, on `device`). With `model.autocast` every forward runs under that autocast."""
     if cfg.model.kind == "tiny":
-        from src.models.warm_start import warm_start
+        from src.warm_start import warm_start
 
         model, tokenizer, info = warm_start(task, dict(cfg.model.architecture), dict(cfg.model.sft),
                                             Path(cfg.cache_dir) / "warm_start",

@@ -164,7 +164,7 @@ def check_writable_dir(path: Path, key: str) -> None:
 
 
 # About 11 ms per response at the default tiny size on 2 CPU cores: the warm start's eval of
-# 256 problems x (1 greedy + 4 sampled) responses took 14 s (src/models/warm_start.py).
+# 256 problems x (1 greedy + 4 sampled) responses took 14 s (src/warm_start/).
 SECONDS_PER_RESPONSE = 0.011
 SLOW_EVAL_SECONDS = 300
 

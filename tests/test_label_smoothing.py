@@ -8,10 +8,10 @@ import importlib
 import pytest
 import torch
 
+import src.warm_start as warm
+from src.warm_start.sft import _sft_loss
 from tests.conftest import compose
 from tests.tiny_policy import tiny_model
-
-warm = importlib.import_module("src.models.warm_start")
 
 
 def test_smoothed_loss_by_hand():
@@ -29,7 +29,7 @@ def test_smoothed_loss_by_hand():
         uniform = -logp.mean(dim=-1)[keep]
         for eps in (0.0, 0.1, 0.3):
             expected = ((1 - eps) * nll + eps * uniform).mean()
-            assert torch.allclose(warm._sft_loss(model, batch, eps), expected, atol=1e-6)
+            assert torch.allclose(_sft_loss(model, batch, eps), expected, atol=1e-6)
 
 
 def test_no_smoothing_keeps_the_shipped_cache_key():

@@ -140,8 +140,8 @@ def test_torch_dispatches_to_avx2_in_portable_mode_and_to_its_own_best_in_native
 
 
 def test_the_warm_start_key_of_a_native_build_is_its_own():
-    from src.models.warm_start import cache_key
     from src.tasks import get_task
+    from src.warm_start import cache_key
 
     task = get_task("arithmetic")
     # the default config's key: the one the shipped build and every committed run carry

@@ -166,8 +166,8 @@ def test_run_under_bf16_autocast_stays_on_policy_at_update_zero(tmp_path, smoke_
 
 
 def test_warm_start_under_autocast_is_its_own_cache_entry(tmp_path):
-    from src.models.warm_start import cache_key, warm_start
     from src.tasks import get_task
+    from src.warm_start import cache_key, warm_start
 
     task = get_task("arithmetic", max_terms=2)
     model_cfg = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "tokenizer_corpus": 300}
@@ -294,8 +294,8 @@ def test_run_on_cuda_with_bf16_autocast(tmp_path, smoke_overrides, method):
 @pytest.mark.cuda
 @needs_cuda
 def test_warm_start_trains_on_cuda(tmp_path):
-    from src.models.warm_start import warm_start
     from src.tasks import get_task
+    from src.warm_start import warm_start
 
     model, _, info = warm_start(
         get_task("arithmetic", max_terms=2), {"hidden_size": 32, "num_layers": 1, "num_heads": 2},

@@ -39,9 +39,9 @@ import torch  # noqa: E402
 
 from src.algorithms import group_advantages, policy_loss  # noqa: E402
 from src.build import build_model, build_optimizer, build_task  # noqa: E402
-from src.models.warm_start import sft_batch  # noqa: E402
 from src.policy import response_logprobs  # noqa: E402
 from src.rollout.hf import HFRollout  # noqa: E402
+from src.warm_start.sft import sft_batch  # noqa: E402
 from tests.conftest import compose  # noqa: E402
 
 
