@@ -70,8 +70,9 @@ def _model(cfg, a):
 
     from src.build import build_model, build_task
 
-    task = build_task(cfg)
-    model, tokenizer, info = build_model(cfg, task, torch.device("cpu"), progress=False)
+    task = build_task(cfg.task)
+    model, tokenizer, info = build_model(cfg.model, task, torch.device("cpu"), progress=False,
+                                         cache_dir=cfg.cache_dir, numerics=cfg.numerics)
     if a.force_length:
         model.config.max_position_embeddings = 1024
     return task, model, tokenizer, int(info.get("next_train_index", 0))

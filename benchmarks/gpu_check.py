@@ -156,7 +156,7 @@ def prompt_tokens_per_step(cfg, task, tokenizer, start: int, steps: int) -> list
     from src.build import prompt_formatter
     from src.rollout.base import needs_special_tokens
 
-    fmt = prompt_formatter(cfg, tokenizer)
+    fmt = prompt_formatter(cfg.model, tokenizer)
     per = cfg.train.prompts_per_step
     counts = []
     for s in range(steps):
@@ -308,9 +308,10 @@ def main(argv: list[str] | None = None) -> int:
            "vllm": _version("vllm"), "python": sys.version.split()[0], "rollout": rollout}
     print(f"== gpu_check: size {size}, {', '.join(methods)} x {steps} steps, {env}", flush=True)
 
-    task = build_task(first)
+    task = build_task(first.task)
     t0 = time.perf_counter()
-    model, tokenizer, info = build_model(first, task, device, progress=False)
+    model, tokenizer, info = build_model(first.model, task, device, progress=False,
+                                         cache_dir=first.cache_dir, numerics=first.numerics)
     _synchronize(device)
     warm = {"seconds": time.perf_counter() - t0, "cache_hit": info.get("cache_hit"),
             **{k: info.get(k) for k in ("sft_seconds", "eval_seconds", "sft_loss_final",

@@ -71,7 +71,7 @@ def measure(cfg) -> dict:
     from src.warm_start import resolve_configs
     from src.warm_start.sft import sft_batch
 
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     arch, sft = resolve_configs(dict(cfg.model.architecture), dict(cfg.model.sft))
     tok = train_tokenizer(task.corpus(int(arch["tokenizer_corpus"])), arch["vocab_size"])
     problems = [task.problem(i) for i in range(2000)]

@@ -103,7 +103,8 @@ def _train(cfg: Config, run_dir: Path, overrides: list[str] | None, life) -> str
     try:
         if payload is not None:  # the data in flight: a delay queue, a replay buffer
             trainer.load_schedule_state(payload.get("schedule"))
-        state = _loop(cfg, trainer, state, writer, parts.evaluate, life, resumed=payload is not None)
+        state = _loop(trainer, state, writer, parts.evaluate, life, steps=cfg.train.steps,
+                      progress=cfg.logger.progress, resumed=payload is not None)
     finally:
         parts.backend.close()  # frees the vLLM engine (and its optimizer hook) however the run ends
     meta.update(end_time=now_iso(), wall_time_s=round(state.wall_time_s, 2),
@@ -116,15 +117,16 @@ def _train(cfg: Config, run_dir: Path, overrides: list[str] | None, life) -> str
     return "finished"
 
 
-def _loop(cfg: Config, trainer, state, writer, evaluate, life, *, resumed: bool):
+def _loop(trainer, state, writer, evaluate, life, *, steps: int, progress: bool, resumed: bool):
     """The trainer's loop; a numeric fault marks the run failed and exits 3, anything else
-    marks it failed and goes on up. A resumed run that reached its end redoes a lost final eval."""
+    marks it failed and goes on up. A resumed run that reached its end (`train.steps`) redoes
+    a lost final eval."""
     from src.trainer import NumericFault
 
     try:
-        state = trainer.run(state, progress=cfg.logger.progress)
-        if resumed and state.step == cfg.train.steps and life.final_eval_lost(cfg.train.steps):
-            writer.log_eval(evaluate(cfg.train.steps))
+        state = trainer.run(state, progress=progress)
+        if resumed and state.step == steps and life.final_eval_lost(steps):
+            writer.log_eval(evaluate(steps))
     except NumericFault as e:
         writer.set_status("failed", error=str(e))
         writer.close()

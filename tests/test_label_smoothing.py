@@ -36,7 +36,7 @@ def test_no_smoothing_keeps_the_shipped_cache_key():
     """The ramble testbed's shipped build (experiments/warm_starts/dd719a6a579f7725) is found
     under the key of the default config; any smoothing is another build."""
     cfg = compose(["experiment=ramble_4x"])
-    task = importlib.import_module("src.build").build_task(cfg)
+    task = importlib.import_module("src.build").build_task(cfg.task)
     key = warm.cache_key(task, cfg.model.architecture, cfg.model.sft, cfg.model.warm_start_seed)
     assert key == "dd719a6a579f7725"
     smoothed = warm.cache_key(task, cfg.model.architecture, {**cfg.model.sft, "label_smoothing": 0.1},

@@ -64,7 +64,7 @@ def build_trainer(cfg: dict) -> ProjectGRPOTrainer:
                              temperature=args.temperature, top_p=args.top_p)
     task = get_task(project.task.name, **dict(project.task.params))
     model, tokenizer, start = _model(project, task)
-    fmt = prompt_formatter(project, tokenizer)
+    fmt = prompt_formatter(project.model, tokenizer)
     rollouts = -(-args.max_steps // (staleness * epochs))
     n_prompts = rollouts * args.generation_batch_size // args.num_generations
     problems = [task.problem(start + i) for i in range(n_prompts)]
@@ -99,8 +99,10 @@ def _model(project, task):
         # Under `accelerate launch` the main process builds (or loads) the cached warm start
         # first; the other ranks then load that same cache entry instead of training it too.
         with PartialState().main_process_first():
-            model, tokenizer, info = build_model(project, task, torch.device("cpu"),
-                                                 progress=PartialState().is_main_process)
+            model, tokenizer, info = build_model(project.model, task, torch.device("cpu"),
+                                                 progress=PartialState().is_main_process,
+                                                 cache_dir=project.cache_dir,
+                                                 numerics=project.numerics)
         return model, tokenizer, int(info.get("next_train_index", 0))
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(project.model.path,
