@@ -41,8 +41,9 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = validate(compose(config_name="config", overrides=[f"cache_dir={REPO / '.cache'}"]))
-    task = build_task(cfg)
-    model, tok, info = build_model(cfg, task, torch.device("cpu"), progress=False)
+    task = build_task(cfg.task)
+    model, tok, info = build_model(cfg.model, task, torch.device("cpu"), progress=False,
+                                   cache_dir=cfg.cache_dir, numerics=cfg.numerics)
     model.eval()
     prompts = [task.problem(info["next_train_index"] + i).prompt for i in range(a.prompts)]
     tok.padding_side = "left"
@@ -89,4 +90,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from src.pinning import pin_process
+
+    pin_process()  # before torch loads, as `python -m src.run` does
     main()

@@ -31,7 +31,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-import src  # noqa: E402, F401 - pins (or not, numerics=native) before torch loads
+from src.pinning import pin_process  # noqa: E402
+
+if __name__ == "__main__":
+    pin_process()  # pins (or not, numerics=native) before torch loads; its children too
 
 MODES = ("native", "portable")
 
@@ -43,8 +46,9 @@ def sft_child(steps: int) -> None:
     from src._numerics import fingerprint
     from src.models.tiny import build_tiny_model
     from src.models.tokenizer import train_tokenizer
-    from src.models.warm_start import resolve_configs, sft
     from src.tasks import get_task
+    from src.warm_start import resolve_configs
+    from src.warm_start.sft import sft
 
     torch.set_num_threads(2)
     m, s = resolve_configs({"tokenizer_corpus": 2000}, {"steps": 1})

@@ -33,10 +33,14 @@ from pathlib import Path
 # whenever another process holds a core; passive waiting keeps the numbers about the code.
 # Set OMP_WAIT_POLICY yourself to override (it must be set before torch is imported).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from src.pinning import pin_process  # noqa: E402
+
+if __name__ == "__main__":
+    pin_process()  # the numerics, before torch loads
 
 import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from src.algorithms import (  # noqa: E402
     adaptive_bounds,

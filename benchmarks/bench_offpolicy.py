@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every arm")
     args = parser.parse_args()
 
-    import src.trainer as trainer_module
+    import src.policy as policy_module
     from src.build import build_parts, build_trainer, compose_config
     from src.telemetry import RunWriter
 
@@ -63,13 +63,13 @@ def main() -> None:
     gpu = compose_config(["experiment=gpu_staleness_4x", "device=cpu", "rollout=hf"])
     first = build_parts(next(iter(cfgs.values())), progress=True)  # one warm start for all arms
     forwards = {"n": 0}
-    real = trainer_module.response_logprobs
+    real = policy_module.response_logprobs
 
     def counted(*a, **kw):
         forwards["n"] += 1
         return real(*a, **kw)
 
-    trainer_module.response_logprobs = counted
+    policy_module.response_logprobs = counted
     with tempfile.TemporaryDirectory() as tmp:
         arms = {}
         for arm, cfg in cfgs.items():
@@ -87,7 +87,7 @@ def main() -> None:
                 if i > 0:
                     rows.append({**record, "forwards": forwards["n"],
                                  "updates": state.global_update - updates_before})
-    trainer_module.response_logprobs = real
+    policy_module.response_logprobs = real
 
     def med(rows, key):
         return statistics.median(r.get(key) or 0.0 for r in rows)
@@ -116,4 +116,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from src.pinning import pin_process
+
+    pin_process()  # before torch loads, as `python -m src.run` does
     main()

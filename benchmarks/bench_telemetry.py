@@ -54,4 +54,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from src.pinning import pin_process
+
+    pin_process()  # before torch loads, as `python -m src.run` does
     main()

@@ -223,4 +223,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from src.pinning import pin_process
+
+    pin_process()  # as the src import did before; its build processes inherit the pins
     raise SystemExit(main())

@@ -17,7 +17,7 @@ mini-batch), AdamW at lr 5e-5 constant, fp32, `--threads` threads, no eval. Engi
 
 `ENGINE@VAR=VALUE[@VAR=VALUE]` runs an engine with extra environment variables (set
 before torch loads), e.g. OpenMP wait policies. The project's engines import `src` before
-torch, as `python -m src.run` does (so whatever src/__init__.py sets applies to them); stock
+torch, as `python -m src.run` does (so whatever src/pinning.py sets applies to them); stock
 TRL loads torch first, with the environment as it is. Each engine runs in its own process; rounds
 alternate the engines, so a change in the machine's load hits all of them alike. Per step:
 generation (sampling the rollout), behaviour pass (the no-grad scoring of the behaviour
@@ -70,8 +70,9 @@ def _model(cfg, a):
 
     from src.build import build_model, build_task
 
-    task = build_task(cfg)
-    model, tokenizer, info = build_model(cfg, task, torch.device("cpu"), progress=False)
+    task = build_task(cfg.task)
+    model, tokenizer, info = build_model(cfg.model, task, torch.device("cpu"), progress=False,
+                                         cache_dir=cfg.cache_dir, numerics=cfg.numerics)
     if a.force_length:
         model.config.max_position_embeddings = 1024
     return task, model, tokenizer, int(info.get("next_train_index", 0))
@@ -188,7 +189,9 @@ def child(a) -> None:
     if a.child == "trl":
         import torch  # noqa: F401 - stock TRL: torch loads before any project code
     else:
-        import src  # noqa: F401 - as `python -m src...` does: the project's env defaults first
+        from src.pinning import pin_process
+
+        pin_process()  # as `python -m src.run` does: the project's pins first
     steps = run_project(a) if a.child == "project" else run_trl(a, plug=a.child == "plug")
     print("BENCH " + json.dumps(steps), flush=True)
 

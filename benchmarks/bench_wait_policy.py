@@ -30,7 +30,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's src, whatever is installed
-import src  # noqa: E402, F401 - before torch: `src` picks the wait policy libgomp will read
+from src.pinning import pin_process  # noqa: E402
+
+if __name__ == "__main__":
+    pin_process()  # before torch: it picks the wait policy libgomp will read
 
 DEFAULT_SETTINGS = ["default", "spin10000", "spin100000", "threads1", "auto"]
 LOAD_JOB = ("import torch\ntorch.set_num_threads(2)\na = torch.randn(512, 512)\n"
@@ -59,8 +62,9 @@ def child(steps: int, threads: int) -> None:
     from src._wait_policy import CHOICE
     from src.models.tiny import build_tiny_model
     from src.models.tokenizer import train_tokenizer
-    from src.models.warm_start import resolve_configs, sft
     from src.tasks import get_task
+    from src.warm_start import resolve_configs
+    from src.warm_start.sft import sft
 
     torch.set_num_threads(threads)
     m, s = resolve_configs({"tokenizer_corpus": 2000}, {"steps": 1})

@@ -35,14 +35,17 @@ from pathlib import Path
 # On a shared CPU, OpenMP's default busy-wait makes 2-thread torch ops many times slower
 # whenever another process holds a core (benchmarks/bench_objectives.py); set before torch.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import torch  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from src.pinning import pin_process  # noqa: E402
+
+if __name__ == "__main__":
+    pin_process()  # the numerics, before torch loads (src/pinning.py)
+
 import gpu_sizing  # noqa: E402
+import torch  # noqa: E402
 
 # Shared by every size: staleness 4, the harder chain-sum mix, evals at the start and end.
 COMMON = [
@@ -153,7 +156,7 @@ def prompt_tokens_per_step(cfg, task, tokenizer, start: int, steps: int) -> list
     from src.build import prompt_formatter
     from src.rollout.base import needs_special_tokens
 
-    fmt = prompt_formatter(cfg, tokenizer)
+    fmt = prompt_formatter(cfg.model, tokenizer)
     per = cfg.train.prompts_per_step
     counts = []
     for s in range(steps):
@@ -274,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars for every cache load
-    from src.build import build_model, build_task, pick_device
+    from src.build import build_model, build_task
+    from src.device import pick_device
 
     device = pick_device(args.device)
     size = args.size if args.size != "auto" else ("gpu" if device.type == "cuda" else "cpu")
@@ -304,9 +308,10 @@ def main(argv: list[str] | None = None) -> int:
            "vllm": _version("vllm"), "python": sys.version.split()[0], "rollout": rollout}
     print(f"== gpu_check: size {size}, {', '.join(methods)} x {steps} steps, {env}", flush=True)
 
-    task = build_task(first)
+    task = build_task(first.task)
     t0 = time.perf_counter()
-    model, tokenizer, info = build_model(first, task, device, progress=False)
+    model, tokenizer, info = build_model(first.model, task, device, progress=False,
+                                         cache_dir=first.cache_dir, numerics=first.numerics)
     _synchronize(device)
     warm = {"seconds": time.perf_counter() - t0, "cache_hit": info.get("cache_hit"),
             **{k: info.get(k) for k in ("sft_seconds", "eval_seconds", "sft_loss_final",

@@ -26,16 +26,19 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from src.pinning import pin_process  # noqa: E402
+
+if __name__ == "__main__":
+    pin_process()  # the numerics, before torch loads (src/pinning.py)
+
 import gpu_check  # noqa: E402
 import gpu_sizing  # noqa: E402
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 H100_PEAK_TFLOPS = 989.4
 
@@ -62,12 +65,13 @@ def measure(cfg) -> dict:
     from src.build import build_task
     from src.models.tiny import build_tiny_model
     from src.models.tokenizer import train_tokenizer
-    from src.models.warm_start import resolve_configs, sft_batch
     from src.policy import response_logprobs
     from src.rollout import Rollout
     from src.rollout.hf import HFRollout
+    from src.warm_start import resolve_configs
+    from src.warm_start.sft import sft_batch
 
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     arch, sft = resolve_configs(dict(cfg.model.architecture), dict(cfg.model.sft))
     tok = train_tokenizer(task.corpus(int(arch["tokenizer_corpus"])), arch["vocab_size"])
     problems = [task.problem(i) for i in range(2000)]

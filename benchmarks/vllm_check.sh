@@ -68,6 +68,9 @@ for _ in range(400):
 data = out / "mult.jsonl"
 data.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
+from src.pinning import pin_process  # noqa: E402
+
+pin_process()  # where the first src import pinned before (after torch and vllm load, as then)
 from src.build import build_trainer, compose_config  # noqa: E402
 from src.config import to_container  # noqa: E402
 from src.telemetry import RunWriter  # noqa: E402

@@ -2,6 +2,7 @@
 
     python docs/import_graph.py [REPO_ROOT]            # prints the graph (docs/architecture.md)
     python docs/import_graph.py [REPO_ROOT] --cycles   # lists the import cycles and counts them
+    python docs/import_graph.py [REPO_ROOT] --summary  # each node's size, layer and edges
 
 Nodes: the top-level modules of src/, its subpackages (one node each), and analysis/ as
 one node. An edge A --> B: some module of A imports B, at the top or inside a function.
@@ -10,6 +11,10 @@ one node. An edge A --> B: some module of A imports B, at the top or inside a fu
 modules (src.config, src.run_dir, src.schedule.partial, ...: an edge is an import of that
 module, top-level or late, and `from pkg import name` counts as importing pkg.name when that
 is a module, else pkg), then between the graph's nodes above. It exits 0 either way.
+
+`--summary` gives each node's lines (its files' lines summed), files, layer (0: it imports no
+other node; else one above the highest node it imports; the nodes of a cycle share one
+layer) and its edges out and in, then the totals.
 """
 
 from __future__ import annotations
@@ -150,7 +155,58 @@ def mermaid(root: Path) -> str:
     return "\n".join(lines)
 
 
+def layers(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each node's layer: 0 when it imports no other node, else 1 + its highest target's;
+    the nodes of one cycle are one node here (they share a layer)."""
+    scc_of = {v: v for v in graph}
+    for scc in cycles(graph):
+        for v in scc:
+            scc_of[v] = scc[0]
+    out: dict[str, int] = {}
+
+    def layer(v: str, seen: frozenset = frozenset()) -> int:
+        head = scc_of[v]
+        if head not in out:
+            members = [u for u in graph if scc_of[u] == head]
+            targets = {scc_of[w] for u in members for w in graph[u] if w in scc_of} - {head}
+            out[head] = 1 + max((layer(t) for t in targets), default=-1)
+        return out[head]
+
+    return {v: layer(v) for v in graph}
+
+
+def summary(root: Path) -> str:
+    def dotted(path: Path) -> str:
+        return ".".join(path.relative_to(root).with_suffix("").parts)
+
+    sizes: dict[str, list[int]] = {}
+    for path in _sources(root):
+        node = component(dotted(path))
+        if node:
+            lines = len(path.read_text().splitlines())
+            sizes.setdefault(node, [0, 0])
+            sizes[node][0] += lines
+            sizes[node][1] += 1
+    graph: dict[str, set[str]] = {node: set() for node in sizes}
+    for a, b in edges(root):
+        graph[a].add(b)
+    into = {node: sum(node in targets for targets in graph.values()) for node in graph}
+    layer = layers(graph)
+    rows = ["| node | lines | files | layer | imports | imported by |", "|---|---:|---:|---:|---:|---:|"]
+    for node in sorted(graph, key=lambda n: (layer[n], n)):
+        lines, files = sizes[node]
+        rows.append(f"| {node} | {lines} | {files} | {layer[node]} | {len(graph[node])} | {into[node]} |")
+    total = sum(len(t) for t in graph.values())
+    rows.append(f"\n{len(graph)} nodes, {total} edges, {max(layer.values()) + 1} layers, "
+                f"{sum(s[0] for s in sizes.values())} lines")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--cycles"]
+    flags = {"--cycles", "--summary"}
+    args = [a for a in sys.argv[1:] if a not in flags]
     repo = Path(args[0]) if args else Path(__file__).resolve().parents[1]
-    print(cycle_report(repo) if "--cycles" in sys.argv[1:] else mermaid(repo))
+    if "--summary" in sys.argv[1:]:
+        print(summary(repo))
+    else:
+        print(cycle_report(repo) if "--cycles" in sys.argv[1:] else mermaid(repo))

@@ -55,6 +55,10 @@ REPO = HERE.parent
 if str(REPO) not in sys.path:  # `python experiments/run_sweep.py` puts only experiments/ there
     sys.path.insert(0, str(REPO))
 
+from src.pinning import pin_process  # noqa: E402
+
+pin_process()  # before torch loads, here and (inherited) in every run this sweep starts
+
 from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
 from src.run_dir import register_resolver  # noqa: E402
 
@@ -244,8 +248,8 @@ def plan_jobs(commands: list[list[str]]) -> list[Job]:
     """Every job of every part, in launch order, with its run dir (as the preflight sees it)."""
     from hydra import initialize_config_dir
 
+    from src.lifecycle import read_status
     from src.preflight import CONF_DIR, compose_job, expand_sweep, is_hydra_override, job_run_dir
-    from src.telemetry import read_status
 
     jobs: list[Job] = []
     with contextlib.chdir(REPO), initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -289,8 +293,8 @@ def run_job_safely(raw) -> dict:
     first job that raises). Runs in the launcher's worker process."""
     from hydra.core.hydra_config import HydraConfig
 
+    from src.lifecycle import read_status
     from src.run import hydra_main
-    from src.telemetry import read_status
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     events = Path(os.environ[ENV_EVENTS]) if os.environ.get(ENV_EVENTS) else None

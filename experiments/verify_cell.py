@@ -267,6 +267,9 @@ def resolve_cells(cells: list[str], results: Path) -> list[Path]:
 
 
 def main() -> None:
+    from src.pinning import pin_process
+
+    pin_process()  # before torch loads; the rerun pins its own mode (`numerics=` from meta.json)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -289,7 +292,7 @@ def main() -> None:
     if args.compare_dir is not None and not (args.compare_dir / "metrics.jsonl").is_file():
         _fail(EXIT_NO_CELL, f"--compare-dir {args.compare_dir} has no metrics.jsonl: not a run dir")
     if args.compare_dir is not None:
-        from src.telemetry import read_status
+        from src.lifecycle import read_status
 
         state = (read_status(args.compare_dir) or {}).get("status", "missing or unreadable")
         if state != "finished":

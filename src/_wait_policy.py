@@ -8,7 +8,7 @@ So: when the 1-minute load average before this process says another job is runni
 (>= BUSY_LOAD), GOMP_SPINCOUNT is set to BOUNDED_SPIN; on an idle machine nothing is set.
 
 libgomp reads its environment once, when it is loaded, so this must run before the first
-`import torch` (src/__init__.py). Waiting changes no arithmetic, so every number is the
+`import torch` (the entry points' `pin_process()`, src/pinning.py). Waiting changes no arithmetic, so every number is the
 same under either setting. A setting the user made (GOMP_SPINCOUNT or OMP_WAIT_POLICY in
 the environment) always wins.
 """

@@ -1,5 +1,7 @@
 """Builds the run's parts from a validated config: task, model, rollout, optimizer, eval,
-and the trainer wired from them.
+and the trainer wired from them. Each builder takes the config section it reads (`build_task`
+the `task` section, `build_optimizer` the `train` section, ...); `build_parts` and
+`attach_trainer` hand each its own.
 
 Every entry that trains (`python -m src.run`, the benchmarks, the GPU and vLLM checks)
 composes its config with `compose_config` and gets its trainer from `build_trainer` (or
@@ -18,51 +20,47 @@ from typing import Any
 
 import torch
 
-from src.config import Config
+from src.config import Config, ModelConfig, RolloutConfig, TaskConfig, TrainConfig
+from src.device import pick_device
 from src.models.precision import autocast_forward
 from src.schedule import updates_per_rollout
 from src.tasks import get_task
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device={name} but torch sees no CUDA device; use device=cpu")
-    return torch.device(name)
+def build_task(task: TaskConfig):
+    """The task of the config's `task` section."""
+    return get_task(task.name, **dict(task.params))
 
 
-def build_task(cfg: Config):
-    return get_task(cfg.task.name, **dict(cfg.task.params))
+def build_model(model_cfg: ModelConfig, task, device: torch.device, progress: bool, *,
+                cache_dir: str, numerics: str):
+    """(model, tokenizer, info) of the config's `model` section on `device`. Tiny models come
+    from the warm-start cache under `cache_dir` (built once, on `device`, in the `numerics`
+    mode). With `model.autocast` every forward runs under that autocast."""
+    if model_cfg.kind == "tiny":
+        from src.warm_start import warm_start
 
-
-def build_model(cfg: Config, task, device: torch.device, progress: bool):
-    """(model, tokenizer, info) on `device`. Tiny models come from the warm-start cache (built
-    once, on `device`). With `model.autocast` every forward runs under that autocast."""
-    if cfg.model.kind == "tiny":
-        from src.models.warm_start import warm_start
-
-        model, tokenizer, info = warm_start(task, dict(cfg.model.architecture), dict(cfg.model.sft),
-                                            Path(cfg.cache_dir) / "warm_start",
-                                            seed=cfg.model.warm_start_seed, progress=progress,
-                                            device=device, autocast=cfg.model.autocast,
-                                            numerics=cfg.numerics)
+        model, tokenizer, info = warm_start(task, dict(model_cfg.architecture), dict(model_cfg.sft),
+                                            Path(cache_dir) / "warm_start",
+                                            seed=model_cfg.warm_start_seed, progress=progress,
+                                            device=device, autocast=model_cfg.autocast,
+                                            numerics=numerics)
     else:
         from src.models.hf import load_hf_model
 
-        model, tokenizer = load_hf_model(cfg.model.path, dtype=cfg.model.dtype, device=str(device),
-                                         gradient_checkpointing=cfg.model.gradient_checkpointing,
-                                         trust_remote_code=cfg.model.trust_remote_code)
-        info = {"path": cfg.model.path, "next_train_index": 0}
+        model, tokenizer = load_hf_model(model_cfg.path, dtype=model_cfg.dtype, device=str(device),
+                                         gradient_checkpointing=model_cfg.gradient_checkpointing,
+                                         trust_remote_code=model_cfg.trust_remote_code)
+        info = {"path": model_cfg.path, "next_train_index": 0}
     model.to(device)
-    autocast_forward(model, cfg.model.autocast)
+    autocast_forward(model, model_cfg.autocast)
     model.train()
     return model, tokenizer, info
 
 
-def prompt_formatter(cfg: Config, tokenizer):
+def prompt_formatter(model_cfg: ModelConfig, tokenizer):
     """Chat-template prompts for instruction-tuned HF models; tiny models see raw text."""
-    if cfg.model.kind != "hf" or not cfg.model.chat_template or not getattr(tokenizer, "chat_template", None):
+    if model_cfg.kind != "hf" or not model_cfg.chat_template or not getattr(tokenizer, "chat_template", None):
         return lambda prompt: prompt
     return lambda prompt: tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
@@ -71,23 +69,25 @@ def prompt_formatter(cfg: Config, tokenizer):
 VLLM_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # rollout.precision -> vLLM's dtype
 
 
-def build_backend(cfg: Config, model, tokenizer):
-    """The rollout backend in `rollout.precision`: the HF backend holds its own copy of the
-    weights in it; vLLM takes it as its dtype (fp32: `rollout.params.dtype`, auto)."""
-    if cfg.rollout.backend == "hf":
+def build_backend(rollout: RolloutConfig, model, tokenizer, *, model_path: str | None = None):
+    """The rollout backend of the config's `rollout` section, in `rollout.precision`: the HF
+    backend holds its own copy of the weights in it; vLLM loads `model_path` and takes the
+    precision as its dtype (fp32: `rollout.params.dtype`, auto)."""
+    if rollout.backend == "hf":
         from src.rollout.hf import HFRollout
 
-        return HFRollout(model, tokenizer, precision=cfg.rollout.precision, **dict(cfg.rollout.params))
+        return HFRollout(model, tokenizer, precision=rollout.precision, **dict(rollout.params))
     from src.rollout.vllm import VLLMRollout  # GPU path; imported only when chosen
 
-    params = dict(cfg.rollout.params)
-    if cfg.rollout.precision in VLLM_DTYPES:
-        params["dtype"] = VLLM_DTYPES[cfg.rollout.precision]
-    return VLLMRollout(model, tokenizer, model_path=cfg.model.path, **params)
+    params = dict(rollout.params)
+    if rollout.precision in VLLM_DTYPES:
+        params["dtype"] = VLLM_DTYPES[rollout.precision]
+    return VLLMRollout(model, tokenizer, model_path=model_path, **params)
 
 
-def build_optimizer(cfg: Config, model):
-    t = cfg.train
+def build_optimizer(train: TrainConfig, model):
+    """The optimizer and learning-rate schedule of the config's `train` section."""
+    t = train
     if t.optimizer == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.betas[0],
                                     weight_decay=t.weight_decay)
@@ -210,12 +210,13 @@ def build_parts(cfg: Config, *, device: torch.device | None = None, progress: bo
     device = pick_device(cfg.device) if device is None else device
     progress = cfg.logger.progress if progress is None else progress
     t0 = time.perf_counter()
-    task = build_task(cfg) if task is None else task
-    built = build_model(cfg, task, device, progress) if model is None else model
+    task = build_task(cfg.task) if task is None else task
+    built = (build_model(cfg.model, task, device, progress, cache_dir=cfg.cache_dir,
+                         numerics=cfg.numerics) if model is None else model)
     timings = {"model_load_s": time.perf_counter() - t0}
     if model_path is not None and cfg.rollout.backend == "vllm":
         cfg.model.path = model_path
-    optimizer, scheduler = build_optimizer(cfg, built[0])
+    optimizer, scheduler = build_optimizer(cfg.train, built[0])
     return Parts(cfg, device, task, *built, optimizer, scheduler, timings)
 
 
@@ -233,10 +234,11 @@ def attach_trainer(parts: Parts, writer, checkpoint_dir: Path, *, evaluate: str 
         raise ValueError(f"evaluate must be one of {list(EVALUATE)}, got {evaluate!r}")
     cfg = parts.cfg
     t0 = time.perf_counter()
-    parts.backend = build_backend(cfg, parts.model, parts.tokenizer)
+    parts.backend = build_backend(cfg.rollout, parts.model, parts.tokenizer,
+                                  model_path=cfg.model.path)
     parts.timings["engine_start_s"] = time.perf_counter() - t0
     try:
-        parts.format_prompt = prompt_formatter(cfg, parts.tokenizer)
+        parts.format_prompt = prompt_formatter(cfg.model, parts.tokenizer)
         if evaluate != "none":
             parts.evaluate = build_evaluator(cfg, parts.model, parts.tokenizer, parts.task,
                                              parts.format_prompt, backend=parts.backend)

@@ -403,13 +403,11 @@ def _check_rest(c: Config) -> None:
         _require(not looks_local or Path(path).expanduser().exists(), "model.path",
                  f"points to {path!r}, which does not exist")
     if c.model.kind == "tiny":
-        from src.models.warm_start import resolve_configs
-        try:
-            resolve_configs(c.model.architecture, c.model.sft)
-        except ValueError as e:
-            message = str(e).replace("model.", "model.architecture.").replace("sft.", "model.sft.")
-            key = "model.sft" if "model.sft." in message else "model.architecture"
-            raise ConfigError(f"{key}: {message}") from None
+        from src.warm_start import settings_problem
+
+        problem = settings_problem(c.model.architecture, c.model.sft)  # an unknown key, a bad value
+        if problem is not None:
+            raise ConfigError(problem)
     from src.tasks import TASKS  # late: the task registry imports task modules
     _require(c.task.name in TASKS, "task.name", f"must be one of {sorted(TASKS)}, got {c.task.name!r}")
     _check_task_params(c)
@@ -423,13 +421,11 @@ def _check_rest(c: Config) -> None:
 def _check_tiny_sizes(c: Config) -> None:
     """What the tiny model's shape allows: heads that divide the width, and room in its
     position table for a prompt plus the longest response (else generation runs past it)."""
-    from src.models.warm_start import resolve_configs
+    from src.warm_start import tiny_shape
 
-    m, _ = resolve_configs(c.model.architecture, c.model.sft)
-    hidden, heads = int(m["hidden_size"]), int(m["num_heads"])
+    hidden, heads, positions = tiny_shape(c.model.architecture)
     _require(heads >= 1 and hidden % heads == 0, "model.architecture.num_heads",
              f"must divide model.architecture.hidden_size={hidden}, got {heads}")
-    positions = int(m["max_position_embeddings"])
     if c.rollout.backend != "hf":  # vLLM checks its own max_model_len when it starts
         return
     _require(c.rollout.max_new_tokens < positions, "rollout.max_new_tokens",
@@ -494,7 +490,7 @@ def _check_rollout(c: Config) -> None:
                  f"={dtype} and rollout.precision={precision} both set the engine's dtype; "
                  "keep one (rollout.params.dtype=auto)")
     elif precision != "fp32":
-        from src.build import pick_device
+        from src.device import pick_device
         from src.rollout.sampler_precision import runs_on
 
         try:

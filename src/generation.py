@@ -5,6 +5,10 @@ sampled by the current weights with that slot's seed, scored by the task and rew
 (rewards, group advantages), the behaviour pass of a rollout that a later step trains on,
 and responses continued from their prefix. It times what it does: `time_behavior` is the
 behaviour passes run here, the rest of the source's time is rollout time.
+
+It holds the current weights as the trainer scores with them (`src.policy.Scorer`), draws
+its seeds from src/seeds.py and splits a rollout into mini-batches with the trainer's own
+split (src/schedule/split.py `minibatch_rows`): nothing of the trainer's.
 """
 
 from __future__ import annotations
@@ -18,23 +22,22 @@ from torch import Tensor
 
 from src.algorithms import group_advantages
 from src.checkpoint import TrainState
+from src.policy import Scorer
 from src.records import step_readings
 from src.rollout import Rollout
-from src.schedule import StoredRollout, minibatch_count, rollout_prompts, split_rows
+from src.schedule import StoredRollout, minibatch_rows, rollout_prompts
+from src.seeds import step_seed
 from src.tasks.rewards import assign_rewards
 
 
 @dataclass
 class Generation:
-    cfg: object
+    cfg: object  # the run's config: a source reads its sections (gen.cfg.rollout, ...)
     task: object
     tokenizer: object
     backend: object
-    model: object
+    scorer: Scorer  # the current weights, as the trainer scores with them
     format_prompt: Callable[[str], str]
-    score: Callable[[Rollout], tuple[Tensor, Tensor]]  # logp, entropy [b, T] by the current weights
-    step_seed: Callable[[int], int]
-    split_groups: Callable[[Rollout], Tensor | None]
     state: TrainState
     time_behavior: float = 0.0
 
@@ -48,7 +51,11 @@ class Generation:
         return self.state.policy_version
 
     def seed(self, offset: int) -> int:
-        return self.step_seed(self.step) + offset
+        return step_seed(self.cfg.seed, self.step) + offset
+
+    def score(self, data: Rollout) -> tuple[Tensor, Tensor]:
+        """logp and entropy [b, T] of `data` by the current weights."""
+        return self.scorer(data)
 
     def sample(self, slot: int, max_new_tokens: int) -> tuple[list, Rollout]:
         """The next problems (as many as a rollout holds), sampled by the current weights
@@ -57,11 +64,11 @@ class Generation:
         n_prompts = rollout_prompts(cfg.train)
         problems = [self.task.problem(self.state.task_position + i) for i in range(n_prompts)]
         self.state.task_position += n_prompts
-        self.backend.sync_weights(self.model)
+        self.backend.sync_weights(self.scorer.model)
         roll = self.backend.generate([self.format_prompt(p.prompt) for p in problems],
                                      num_samples=cfg.train.group_size, max_new_tokens=max_new_tokens,
                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                     seed=self.step_seed(slot))
+                                     seed=step_seed(cfg.seed, slot))
         return problems, roll
 
     def continue_responses(self, contexts: list[Tensor], caps: list[int], seed: int) -> list:
@@ -97,8 +104,7 @@ class Generation:
         generated it, on the exact mini-batch tensors it will be trained on (its split is
         that of the step it is trained at, `stored.slot`)."""
         t0 = time.perf_counter()
-        parts = split_rows(stored.size, minibatch_count(self.cfg.train), self.step_seed(stored.slot),
-                           self.split_groups(stored.data))
+        parts = minibatch_rows(self.cfg.train, stored.data, step_seed(self.cfg.seed, stored.slot))
         entropies, gaps = [], []
         with torch.no_grad():
             for rows in parts:

@@ -12,12 +12,16 @@ behaviour pass, the old log-probs and the loss score that distribution, as verl 
 do (`logits.div_(temperature)` before the log-softmax): `temperature` divides each chunk's
 upcast logits, and the backward carries its 1/T. At T = 1 nothing is divided, so the
 numbers are today's bit for bit.
+
+`Scorer` is how the trainer and the generation score tokens with the current weights: one
+forward per micro-batch (`train.micro_batch_size`), at the rollout's temperature.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -131,3 +135,53 @@ def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: b
     logp, entropy = sampled_logprobs(logits, targets, with_entropy=with_entropy,
                                      temperature=temperature)
     return logp[:, :t_len], None if entropy is None else entropy[:, :t_len]
+
+
+def micro_batch(data: Rollout, rows: slice) -> Rollout:
+    """A micro-batch: rows of a mini-batch, trimmed to their own longest prompt and response."""
+    return data.select(torch.arange(rows.start, rows.stop))
+
+
+@dataclass
+class Scorer:
+    """The policy as the trainer scores tokens with it: logp and entropy [b, T] of
+    `softmax(logits / temperature)` (the distribution the rollout sampled from), one forward
+    per micro-batch of `micro_batch_size` responses (None: the whole batch at once).
+
+    Every scoring pass goes through it: the behaviour pass, the proximal policy's log-probs,
+    the update's own forward and the rescoring after a step.
+    """
+
+    model: torch.nn.Module
+    temperature: float = 1.0
+    micro_batch_size: int | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def micro_slices(self, size: int) -> list[slice]:
+        """Rows of a batch of `size` responses, one slice per forward/backward pass."""
+        step = self.micro_batch_size or size
+        return [slice(start, min(start + step, size)) for start in range(0, size, step)]
+
+    def forward(self, data: Rollout, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
+        """One forward over `data` as given (one micro-batch), with grad if it is enabled."""
+        return response_logprobs(self.model, data, with_entropy=with_entropy,
+                                 temperature=self.temperature)
+
+    def __call__(self, data: Rollout, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
+        """logp and entropy [b, T] of a batch, one forward per micro-batch."""
+        parts = self.micro_slices(data.size)
+        if len(parts) == 1:
+            return self.forward(data, with_entropy=with_entropy)
+        logp = entropy = None
+        for rows in parts:
+            lp, ent = self.forward(micro_batch(data, rows), with_entropy=with_entropy)
+            if logp is None:
+                logp = lp.new_zeros(data.response_ids.shape)
+                entropy = lp.new_zeros(data.response_ids.shape) if with_entropy else None
+            logp[rows, :lp.shape[1]] = lp
+            if with_entropy:
+                entropy[rows, :lp.shape[1]] = ent
+        return logp, entropy

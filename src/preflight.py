@@ -17,8 +17,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from src.config import Config, ConfigError, to_container, validate
-from src.run_dir import config_differences, mismatch_message, register_resolver, stored_config
+from src.config import Config, ConfigError, validate
+from src.lifecycle import check_existing_run, check_run_dir_free
+from src.run_dir import register_resolver
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -56,8 +57,8 @@ def check_run(overrides: list[str], multirun: bool) -> None:
                 check_machine(cfg)
                 check_writable_dir(Path(cfg.cache_dir), "cache_dir")
                 check_writable_dir(run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir")
-                check_existing_run(cfg, run_dir)
-                check_run_dir_free(run_dir)
+                check_existing_run(cfg, run_dir)  # src/lifecycle.py: may it skip or resume
+                check_run_dir_free(run_dir)  # and is no other process in it
                 for warning in (eval_size_warning(cfg), eval_spacing_warning(cfg)):
                     if warning and warning not in warned:
                         print(f"warning: {warning}", file=sys.stderr)
@@ -163,7 +164,7 @@ def check_writable_dir(path: Path, key: str) -> None:
 
 
 # About 11 ms per response at the default tiny size on 2 CPU cores: the warm start's eval of
-# 256 problems x (1 greedy + 4 sampled) responses took 14 s (src/models/warm_start.py).
+# 256 problems x (1 greedy + 4 sampled) responses took 14 s (src/warm_start/).
 SECONDS_PER_RESPONSE = 0.011
 SLOW_EVAL_SECONDS = 300
 
@@ -223,58 +224,6 @@ def _check_task_data(cfg: Config) -> None:
     finally:
         hub_logger.setLevel(level)
     _checked_tasks.add(key)
-
-
-# -- the run dir -------------------------------------------------------------------------
-
-
-def check_existing_run(cfg: Config, run_dir: Path) -> None:
-    """Refuse to skip or resume a run dir made with another config (or resume=false)."""
-    from src.telemetry import read_status
-
-    run_dir = Path(run_dir)
-    has_data = (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
-    if cfg.overwrite or not has_data:
-        return
-    stored = stored_config(run_dir)
-    if stored is None:
-        raise ConfigError(f"hydra.run.dir: {run_dir} holds run data but no readable config.yaml, "
-                          "so it cannot be checked; give this run another dir or pass "
-                          "overwrite=true to move the old one aside")
-    differences = config_differences(stored, to_container(cfg))
-    if differences:
-        raise ConfigError(mismatch_message(run_dir, differences))
-    finished = (read_status(run_dir) or {}).get("status") == "finished"
-    if finished:
-        check_finished_whole(cfg, run_dir)
-    if not finished and cfg.resume == "false":
-        raise ConfigError(f"resume=false but {run_dir} holds an unfinished run; pass resume=true "
-                          "to continue it or overwrite=true to move it aside and start fresh")
-
-
-def check_finished_whole(cfg: Config, run_dir: Path) -> None:
-    """A finished run whose metrics.jsonl lost records is not skipped as if whole: named,
-    and redone with resume=true when its final checkpoint covers what was lost."""
-    from src.telemetry import missing_records
-
-    problem, redoable = missing_records(run_dir, cfg.train.steps)
-    if problem is None or (redoable and cfg.resume == "true"):
-        return
-    has_checkpoint = any((run_dir / "checkpoints").glob("step_*.pt"))
-    fix = ("pass resume=true to redo the final eval from its last checkpoint, or overwrite=true "
-           "to rerun it" if redoable and has_checkpoint else "pass overwrite=true to rerun it")
-    raise ConfigError(f"hydra.run.dir: {run_dir} is marked finished but its metrics.jsonl has "
-                      f"{problem}; {fix}")
-
-
-def check_run_dir_free(run_dir: Path) -> None:
-    """Refuse a run dir that another process is running in (src/run_lock.py)."""
-    from src.run_lock import RunDirBusy, check_unlocked
-
-    try:
-        check_unlocked(run_dir)
-    except RunDirBusy as e:
-        raise ConfigError(str(e)) from None
 
 
 # -- Hydra's messages ------------------------------------------------------------------------

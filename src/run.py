@@ -4,26 +4,32 @@ Config problems exit with code 2 and one line naming the key, before Hydra makes
 dir (src/preflight.py checks every job of a multirun first). A finished run dir is
 skipped and an unfinished one resumes from its last checkpoint, but only when it was made
 with the same config (src/run_dir.py). A run ends with a summary of its numbers.
+
+Run as a program it pins the numerics first, before torch loads (src/pinning.py); imported,
+it pins nothing until a job starts (`hydra_main`, which a launcher's worker runs too).
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import shutil
 import sys
-import time
 import traceback
 from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from src.pinning import pin_process
 
-from src._wait_policy import CHOICE as WAIT_CHOICE
-from src.config import Config, ConfigError, to_container, validate
-from src.config_fields import config_exit
-from src.run_dir import register_resolver
+if __name__ == "__main__":
+    pin_process()
+
+import hydra  # noqa: E402 - after the pins, as everything that may load torch
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from src._wait_policy import CHOICE as WAIT_CHOICE  # noqa: E402
+from src.config import Config, ConfigError, to_container, validate  # noqa: E402
+from src.config_fields import config_exit  # noqa: E402
+from src.run_dir import register_resolver  # noqa: E402
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 register_resolver()  # ${run_tag:...} in conf/config.yaml's run dir
@@ -48,71 +54,36 @@ def preflight(args: list[str]) -> None:
         config_exit(str(e))
 
 
-def prepare_run_dir(cfg: Config, run_dir: Path) -> str:
-    """'fresh', 'resume' or 'skip'. Never deletes data: overwrite moves the old dir aside.
-
-    A run dir made with another config (any key that changes the numbers) is never skipped
-    or resumed into: that is a config error (src/preflight.py).
-    """
-    from src.preflight import check_existing_run
-    from src.telemetry import read_status
-
-    try:
-        check_existing_run(cfg, run_dir)
-    except ConfigError as e:
-        config_exit(str(e))
-    status = read_status(run_dir)
-    has_data = (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
-    if cfg.overwrite and has_data:
-        aside = run_dir.with_name(f"{run_dir.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
-        shutil.move(str(run_dir), aside)
-        print(f"overwrite=true: moved the old run dir to {aside}")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        return "fresh"
-    if status and status.get("status") == "finished":
-        from src.telemetry import missing_records
-
-        # resume=true on a finished run that lost its final eval (check_existing_run let
-        # it through only then): redone from the final checkpoint.
-        return "resume" if missing_records(run_dir, cfg.train.steps)[0] else "skip"
-    return "resume" if has_data else "fresh"
-
-
 def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> str:
     """Run (or skip, or resume) one run in `run_dir`; `overrides` are recorded in meta.json.
 
-    The run dir's lock (src/run_lock.py) is held from before anything is read until the
-    end, so a second process on the same dir exits 2 naming the holder.
+    The run dir's lifecycle (src/lifecycle.py) decides fresh / resume / skip, with the dir's
+    lock held from before anything is read until the end, so a second process on the same
+    dir exits 2 naming the holder.
     """
-    from src.run_lock import RunDirBusy, RunDirLock
+    from src.lifecycle import display_path, open_run_dir
 
     try:
-        lock = RunDirLock(run_dir)
-    except RunDirBusy as e:
+        life = open_run_dir(cfg, run_dir)
+    except ConfigError as e:
         config_exit(str(e))
-    try:
-        return _execute_locked(cfg, run_dir, overrides, lock)
-    finally:
-        lock.close()
+    with life:
+        if life.mode == "skip":
+            print(f"{display_path(run_dir)} already finished; skipping (overwrite=true reruns it)")
+            print(life.summary())
+            return "skipped"
+        return _train(cfg, run_dir, overrides, life)
 
 
-def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, lock) -> str:
-    from src._numerics import fingerprint as numerics_fingerprint
+def _train(cfg: Config, run_dir: Path, overrides: list[str] | None, life) -> str:
+    """A fresh or resumed run in its locked run dir: the parts, the writer, the loop, the end."""
     from src.build import attach_trainer, build_parts
     from src.checkpoint import load_latest, prune_finished, restore
-    from src.run_vocab import now_iso, run_meta
-    from src.telemetry import RunWriter, display_path, summary_lines
-    from src.trainer import NumericFault
+    from src.run_vocab import now_iso
+    from src.telemetry import RunWriter
 
-    mode = prepare_run_dir(cfg, run_dir)
-    lock.renew()  # overwrite=true moved the old dir aside, its lock file with it
-    if mode == "skip":
-        print(f"{display_path(run_dir)} already finished; skipping (overwrite=true reruns it)")
-        print("\n".join(summary_lines(run_dir)))
-        return "skipped"
     parts = build_parts(cfg)  # torch's threads and seed, the task, the model, the optimizer
-    device, progress, info = parts.device, cfg.logger.progress, parts.info
-    payload, notes = load_latest(run_dir / "checkpoints") if mode == "resume" else (None, [])
+    payload, notes = load_latest(run_dir / "checkpoints") if life.mode == "resume" else (None, [])
     for note in notes:
         print(note)
     if payload is not None:
@@ -121,76 +92,91 @@ def _execute_locked(cfg: Config, run_dir: Path, overrides: list[str] | None, loc
     else:
         state = parts.fresh_state()
     config_dict = to_container(cfg)
-    wandb_run = None
-    if cfg.logger.backend == "wandb":
-        import wandb
-
-        # Seeds of one cell share a group (the dashboard pools them); job_type is the sweep
-        # (experiments/run_sweep.py sets REPRO_SWEEP), and the tags name both.
-        cell = f"{cfg.experiment.name}/{cfg.method.name}"
-        if run_dir.name == f"seed{cfg.seed}" and run_dir.parent.name != cfg.method.name:
-            cell += f"/{run_dir.parent.name}"  # the dir level of the overrides
-        sweep = os.environ.get("REPRO_SWEEP") or "single"
-        wandb_run = wandb.init(project=cfg.logger.project, dir=str(run_dir), config=config_dict,
-                               name=f"{cfg.experiment.name}-{cfg.method.name}-seed{cfg.seed}",
-                               group=cell[:128], job_type=sweep[:64],
-                               tags=[f"sweep:{sweep}"[:64], cfg.experiment.name[:64],
-                                     cfg.method.name[:64], f"seed{cfg.seed}"],
-                               mode=cfg.logger.mode or os.environ.get("WANDB_MODE", "offline"))
-    meta = run_meta(versioned=_VERSIONED, device=device, method=cfg.method.name,
-                    experiment=cfg.experiment.name, staleness=cfg.train.staleness, seed=cfg.seed,
-                    resumed_at_step=state.step if payload is not None else None,
-                    cpu=platform.processor() or platform.machine(), threads=cfg.train.threads,
-                    numerics=numerics_fingerprint(threads=cfg.train.threads),
-                    omp_wait=dict(WAIT_CHOICE), staleness_mode=cfg.train.staleness_mode,
-                    warm_start=info.get("path"), warm_start_weights=info.get("weights_sha256"),
-                    overrides=list(overrides) if overrides is not None else None)
+    wandb_run = _wandb_run(cfg, run_dir, config_dict) if cfg.logger.backend == "wandb" else None
+    meta = _meta(cfg, parts, resumed_at=state.step if payload is not None else None,
+                 overrides=overrides)
     writer = RunWriter(run_dir, config_dict, meta, wandb_run=wandb_run,
                        resume_at_step=state.step if payload is not None else -1)
     writer.last_step = state.step - 1 if state.step else None
     writer.set_status("running")
     trainer = attach_trainer(parts, writer, run_dir / "checkpoints")  # backend, evals, Trainer
-    backend, evaluate = parts.backend, parts.evaluate
     try:
         if payload is not None:  # the data in flight: a delay queue, a replay buffer
             trainer.load_schedule_state(payload.get("schedule"))
-        try:
-            state = trainer.run(state, progress=progress)
-            if payload is not None and state.step == cfg.train.steps:
-                redo_final_eval(run_dir, cfg.train.steps, writer, evaluate)
-        except NumericFault as e:
-            writer.set_status("failed", error=str(e))
-            writer.close()
-            print(f"numeric fault: {e}", file=sys.stderr)
-            sys.exit(EXIT_NUMERIC)
-        except BaseException as e:
-            writer.set_status("failed", error=f"{type(e).__name__}: {e}")
-            writer.close()
-            raise
+        state = _loop(trainer, state, writer, parts.evaluate, life, steps=cfg.train.steps,
+                      progress=cfg.logger.progress, resumed=payload is not None)
     finally:
-        backend.close()  # frees the vLLM engine (and its optimizer hook) however the run ends
+        parts.backend.close()  # frees the vLLM engine (and its optimizer hook) however the run ends
     meta.update(end_time=now_iso(), wall_time_s=round(state.wall_time_s, 2),
                 skipped_updates=state.skipped_updates)
     writer.write_meta(meta)
     writer.set_status("finished")
     writer.close()
     prune_finished(run_dir / "checkpoints", keep_final=cfg.checkpoint.keep_final)
-    print("\n".join(summary_lines(run_dir)))
+    print(life.summary())
     return "finished"
 
 
-def redo_final_eval(run_dir: Path, steps: int, writer, evaluate) -> None:
-    """A run resumed at its final checkpoint because its final eval was lost: eval again.
-    Same weights and the eval's own seed, so the same record as the lost one."""
-    from src.telemetry import missing_records
+def _loop(trainer, state, writer, evaluate, life, *, steps: int, progress: bool, resumed: bool):
+    """The trainer's loop; a numeric fault marks the run failed and exits 3, anything else
+    marks it failed and goes on up. A resumed run that reached its end (`train.steps`) redoes
+    a lost final eval."""
+    from src.trainer import NumericFault
 
-    if missing_records(run_dir, steps)[0] is not None:
-        writer.log_eval(evaluate(steps))
+    try:
+        state = trainer.run(state, progress=progress)
+        if resumed and state.step == steps and life.final_eval_lost(steps):
+            writer.log_eval(evaluate(steps))
+    except NumericFault as e:
+        writer.set_status("failed", error=str(e))
+        writer.close()
+        print(f"numeric fault: {e}", file=sys.stderr)
+        sys.exit(EXIT_NUMERIC)
+    except BaseException as e:
+        writer.set_status("failed", error=f"{type(e).__name__}: {e}")
+        writer.close()
+        raise
+    return state
+
+
+def _wandb_run(cfg: Config, run_dir: Path, config_dict: dict):
+    """The wandb run of `logger.backend=wandb`: seeds of one cell share a group (the dashboard
+    pools them); job_type is the sweep (experiments/run_sweep.py sets REPRO_SWEEP), and the
+    tags name both."""
+    import wandb
+
+    cell = f"{cfg.experiment.name}/{cfg.method.name}"
+    if run_dir.name == f"seed{cfg.seed}" and run_dir.parent.name != cfg.method.name:
+        cell += f"/{run_dir.parent.name}"  # the dir level of the overrides
+    sweep = os.environ.get("REPRO_SWEEP") or "single"
+    return wandb.init(project=cfg.logger.project, dir=str(run_dir), config=config_dict,
+                      name=f"{cfg.experiment.name}-{cfg.method.name}-seed{cfg.seed}",
+                      group=cell[:128], job_type=sweep[:64],
+                      tags=[f"sweep:{sweep}"[:64], cfg.experiment.name[:64],
+                            cfg.method.name[:64], f"seed{cfg.seed}"],
+                      mode=cfg.logger.mode or os.environ.get("WANDB_MODE", "offline"))
+
+
+def _meta(cfg: Config, parts, *, resumed_at: int | None, overrides: list[str] | None) -> dict:
+    """meta.json: versions, device, the run's labels, the numerics fingerprint, the warm start."""
+    from src._numerics import fingerprint as numerics_fingerprint
+    from src.run_vocab import run_meta
+
+    return run_meta(versioned=_VERSIONED, device=parts.device, method=cfg.method.name,
+                    experiment=cfg.experiment.name, staleness=cfg.train.staleness, seed=cfg.seed,
+                    resumed_at_step=resumed_at,
+                    cpu=platform.processor() or platform.machine(), threads=cfg.train.threads,
+                    numerics=numerics_fingerprint(threads=cfg.train.threads),
+                    omp_wait=dict(WAIT_CHOICE), staleness_mode=cfg.train.staleness_mode,
+                    warm_start=parts.info.get("path"),
+                    warm_start_weights=parts.info.get("weights_sha256"),
+                    overrides=list(overrides) if overrides is not None else None)
 
 
 # An absolute path: Hydra finds conf/ whether this runs as `python -m src.run` or in-process.
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(raw: DictConfig) -> str:
+    pin_process()  # a launcher's worker process (joblib, submitit): as its import pinned before
     try:
         cfg = validate(raw)
     except ConfigError as e:

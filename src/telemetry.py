@@ -2,6 +2,8 @@
 
 The format is the contract with `analysis/` (docs/run_dir.md). Everything here is
 append-and-flush or write-then-rename, so a killed process leaves a readable run dir.
+Reading a run dir back (its status, missing records, the summary) and deciding what a run
+does there is src/lifecycle.py's.
 """
 
 from __future__ import annotations
@@ -48,126 +50,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, np.generic):
         return _jsonable(value.item())
     return value
-
-
-def read_status(run_dir: Path) -> dict | None:
-    path = Path(run_dir) / "status.json"
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-def missing_records(run_dir: Path, steps: int) -> tuple[str | None, bool]:
-    """What a finished run's metrics.jsonl lacks (a step record of 0..steps-1, the final
-    eval at `steps`, or a line cut short), and whether the final eval is all it lacks (the
-    final checkpoint can redo that); (None, False) when it is whole."""
-    seen_steps, evals, partial = set(), set(), 0
-    path = Path(run_dir) / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            partial += 1
-            continue
-        if record.get("kind") == "step":
-            seen_steps.add(record.get("step"))
-        elif record.get("kind") == "eval":
-            evals.add(record.get("step"))
-    lost = sorted(set(range(steps)) - seen_steps)
-    problems = []
-    if partial:
-        problems.append(f"{partial} line(s) cut short")
-    if lost:
-        problems.append(f"no step record for step(s) {', '.join(map(str, lost[:5]))}"
-                        f"{' ...' if len(lost) > 5 else ''}")
-    if steps not in evals:
-        problems.append(f"no final eval (step {steps})")
-    if not problems:
-        return None, False
-    return "; ".join(problems), not lost
-
-
-def summary_lines(run_dir: Path, last_k: int = 5) -> list[str]:
-    """The end-of-run block: held-out accuracy, reward, wall time, where it is, what next.
-
-    Read back from the run dir, so a resumed or skipped run reports the whole run.
-    """
-    import yaml
-
-    run_dir = Path(run_dir)
-    records = []
-    if (run_dir / "metrics.jsonl").exists():
-        for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    steps = [r for r in records if r.get("kind") == "step"]
-    evals = [r for r in records if r.get("kind") == "eval"]
-    try:
-        meta = json.loads((run_dir / "meta.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        meta = {}
-    try:
-        samples = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {})["eval"]["samples"]
-    except (OSError, KeyError, TypeError, yaml.YAMLError):
-        samples = None
-
-    def fmt(value: Any) -> str:
-        return "-" if value is None else f"{value:.3f}"
-
-    lines = [f"finished: {display_path(run_dir)}"]
-    if evals:
-        lines += accuracy_lines(evals, samples)
-    if steps:
-        tail = [r["reward_mean"] for r in steps[-last_k:] if r.get("reward_mean") is not None]
-        if tail:
-            lines.append(f"  final reward: {sum(tail) / len(tail):.3f} (mean reward_mean of the "
-                         f"last {len(tail)} steps)")
-    if meta.get("wall_time_s") is not None:
-        lines.append(f"  training wall time: {meta['wall_time_s']:.1f} s")
-    lines.append(f"  next: python analysis/make_figures.py --runs {_runs_root(run_dir)}")
-    return lines
-
-
-def accuracy_lines(evals: list[dict], samples: int | None) -> list[str]:
-    """Held-out accuracy where the run started (the step-0 eval: the warm start) and where
-    it ended, and the change: a run can end below its start, and only the pair shows it."""
-    first, last = evals[0], evals[-1]
-
-    def fmt(value: Any) -> str:
-        return "    -" if value is None else f"{value:.3f}"
-
-    def change(key: str) -> str:
-        a, b = first.get(key), last.get(key)
-        return "     -" if a is None or b is None else f"{b - a:+.3f}"
-
-    per = f", {samples} samples per problem" if samples is not None else ""
-    lines = [f"  held-out accuracy, {last.get('n_problems')} problems{per}: "
-             f"step {first['step']} -> step {last['step']}"]
-    for name in ("greedy", "sampled"):
-        key = f"{name}_accuracy"
-        lines.append(f"    {name:<8} start {fmt(first.get(key))}  end {fmt(last.get(key))}  "
-                     f"change {change(key)}")
-    lines.append("  one seed of a 3M-parameter model: seeds differ more than methods often do, so "
-                 "compare methods over seeds, paired by seed (docs/statistics.md)")
-    return lines
-
-
-def display_path(path: Path) -> Path:
-    """`path` relative to the working dir when it lies inside it (Hydra passes it absolute)."""
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
-        return path
-
-
-def _runs_root(run_dir: Path) -> Path:
-    """The top dir of a run dir inside the working dir (`runs`), else the run dir itself."""
-    shown = display_path(run_dir)
-    return Path(shown.parts[0]) if not shown.is_absolute() and shown.parts else shown
 
 
 class RunWriter:

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import src  # noqa: F401 - pins the numerics mode (src/_numerics.py) before any test loads torch
+from src.pinning import pin_process
+
+# The test session pins as `python -m src.run` does (src/pinning.py), before any test loads
+# torch: the numerics mode, libgomp's wait policy, glibc's malloc. No import of src does it.
+pin_process()
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")

@@ -99,7 +99,7 @@ class MemoryWriter:
 def make_trainer(overrides: list[str], tmp_path):
     cfg = compose([*SMALL, *overrides])
     model = tiny_model()
-    optimizer, scheduler = build_optimizer(cfg, model)
+    optimizer, scheduler = build_optimizer(cfg.train, model)
     writer = MemoryWriter()
     trainer = Trainer(cfg, model, FakeTokenizer(), FakeTask(), FakeBackend(), optimizer, scheduler,
                       writer, tmp_path / "checkpoints")

@@ -39,11 +39,12 @@ def warm(smoke_overrides):
     """The e2e tests' warm start (a 2-layer model that answers 2-term sums and stops at EOS)
     and 48 prompts of 2 to 7 terms, so prompt and response lengths vary widely."""
     cfg = compose(smoke_overrides)
-    task = build_task(cfg)
-    model, tok, _ = build_model(cfg, task, torch.device("cpu"), progress=False)
+    task = build_task(cfg.task)
+    model, tok, _ = build_model(cfg.model, task, torch.device("cpu"), progress=False,
+                                cache_dir=cfg.cache_dir, numerics=cfg.numerics)
     model.eval()
     wide = compose([*smoke_overrides, "task.params.max_terms=7"])
-    prompts = [p.prompt for p in build_task(wide).eval_problems(48)]
+    prompts = [p.prompt for p in build_task(wide.task).eval_problems(48)]
     return model, tok, prompts
 
 

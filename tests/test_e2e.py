@@ -205,7 +205,7 @@ def test_multirun_sweeps_methods_into_their_run_dirs(tmp_path, smoke_overrides):
 def test_tiny_model_yaml_mirrors_code_defaults():
     import yaml
 
-    from src.models.warm_start import DEFAULT_MODEL_CFG, DEFAULT_SFT_CFG
+    from src.warm_start import DEFAULT_MODEL_CFG, DEFAULT_SFT_CFG
 
     conf = yaml.safe_load((REPO / "conf" / "model" / "tiny.yaml").read_text())
     assert conf["architecture"] == DEFAULT_MODEL_CFG

@@ -8,10 +8,10 @@ import importlib
 import pytest
 import torch
 
+import src.warm_start as warm
+from src.warm_start.sft import _sft_loss
 from tests.conftest import compose
 from tests.tiny_policy import tiny_model
-
-warm = importlib.import_module("src.models.warm_start")
 
 
 def test_smoothed_loss_by_hand():
@@ -29,14 +29,14 @@ def test_smoothed_loss_by_hand():
         uniform = -logp.mean(dim=-1)[keep]
         for eps in (0.0, 0.1, 0.3):
             expected = ((1 - eps) * nll + eps * uniform).mean()
-            assert torch.allclose(warm._sft_loss(model, batch, eps), expected, atol=1e-6)
+            assert torch.allclose(_sft_loss(model, batch, eps), expected, atol=1e-6)
 
 
 def test_no_smoothing_keeps_the_shipped_cache_key():
     """The ramble testbed's shipped build (experiments/warm_starts/dd719a6a579f7725) is found
     under the key of the default config; any smoothing is another build."""
     cfg = compose(["experiment=ramble_4x"])
-    task = importlib.import_module("src.build").build_task(cfg)
+    task = importlib.import_module("src.build").build_task(cfg.task)
     key = warm.cache_key(task, cfg.model.architecture, cfg.model.sft, cfg.model.warm_start_seed)
     assert key == "dd719a6a579f7725"
     smoothed = warm.cache_key(task, cfg.model.architecture, {**cfg.model.sft, "label_smoothing": 0.1},

@@ -1,4 +1,4 @@
-"""glibc's thresholds are set on import unless the user set glibc's own malloc variables."""
+"""glibc's thresholds are set by `pin_process()` (src/pinning.py) unless the user set glibc's own malloc variables."""
 
 from __future__ import annotations
 

@@ -175,10 +175,10 @@ def test_task_configs_compose(gsm_files):
     train, test = gsm_files
     cfg = compose(["task=gsm8k", f"task.params.train_source={train}",
                    f"task.params.eval_source={test}", "task.params.scorer=simple"])
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     assert task.name == "gsm8k" and task.num_train == 19
     assert task.problem(0).prompt.endswith("within \\boxed{}.")
     cfg = compose(["task=math500", f"task.params.train_source={train}",
                    "task.params.question_field=question", "task.params.scorer=simple",
                    "task.params.answer_format=hash", "task.params.eval_source=null"])
-    assert build_task(cfg).name == "math500"
+    assert build_task(cfg.task).name == "math500"

@@ -24,9 +24,10 @@ from src.algorithms.surrogate import (
     loss_denominator,
 )
 from src.config import ConfigError
+from src.minibatches import MiniBatch
 from src.policy import response_logprobs, sampled_logprobs
 from src.rollout import Rollout
-from src.trainer import MiniBatch, Trainer
+from src.trainer import Trainer
 from tests.conftest import compose
 from tests.tiny_policy import B, tiny_model, tiny_rollout
 
@@ -80,7 +81,7 @@ def _run(model, data, logp_b, ent_b, method, aggregation, micro, *, on_policy=Fa
                       None, None)
     mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, ADVANTAGES.clone(), torch.zeros(B))
     model.zero_grad(set_to_none=True)
-    done = trainer._backward(mb, on_policy=on_policy, seed=11)
+    done = trainer.gradient_step.gradient(mb, on_policy=on_policy, seed=11)
     assert done.skip_reason is None
     grads = [p.grad.detach().clone() for p in model.parameters()]
     done.metrics = update_metrics(done.out, mb.advantages, data.response_mask, done.logp, done.entropy)
@@ -140,24 +141,24 @@ def test_on_policy_update_reuses_the_behaviour_pass_exactly(setup, method):
     cfg = _config(method, "token-mean", 2)
     trainer = Trainer(cfg, model, None, None, None, None, None, None, None)
     with torch.no_grad():
-        logp_b, ent_b = trainer._score(data)
+        logp_b, ent_b = trainer.scorer(data)
     mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, ADVANTAGES.clone(), torch.zeros(B))
     mask = data.response_mask
-    reused = trainer._whole_batch_decision(mb, mask, mb.advantages, on_policy=True, seed=0)
-    fresh = trainer._whole_batch_decision(mb, mask, mb.advantages, on_policy=False, seed=0)
+    reused = trainer.gradient_step.whole_batch_decision(mb, mask, mb.advantages, on_policy=True, seed=0)
+    fresh = trainer.gradient_step.whole_batch_decision(mb, mask, mb.advantages, on_policy=False, seed=0)
     assert (reused.tokens is None) == (fresh.tokens is None)
     if reused.tokens is not None:
         assert torch.equal(reused.tokens, fresh.tokens)
     assert reused.data == fresh.data and dict(reused.record) == dict(fresh.record)
-    done = trainer._backward(mb, on_policy=True)
+    done = trainer.gradient_step.gradient(mb, on_policy=True)
     assert (done.out.ratio[mask] == 1.0).all()  # update 0 is on-policy bit for bit
 
 
 def test_non_finite_micro_batch_skips_the_update(setup, monkeypatch):
-    import src.trainer as trainer_module
+    import src.policy as policy_module
 
     model, data, logp_b, ent_b = setup
-    real, calls = trainer_module.response_logprobs, {"n": 0}
+    real, calls = policy_module.response_logprobs, {"n": 0}
 
     def nan_in_second_micro_batch(model, batch, **kw):
         logp, entropy = real(model, batch, **kw)
@@ -167,11 +168,11 @@ def test_non_finite_micro_batch_skips_the_update(setup, monkeypatch):
                 logp = logp + float("nan")
         return logp, entropy
 
-    monkeypatch.setattr(trainer_module, "response_logprobs", nan_in_second_micro_batch)
+    monkeypatch.setattr(policy_module, "response_logprobs", nan_in_second_micro_batch)
     trainer = Trainer(_config("bapo", "token-mean", 2), model, None, None, None, None, None,
                       None, None)
     mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, ADVANTAGES.clone(), torch.zeros(B))
-    done = trainer._backward(mb)
+    done = trainer.gradient_step.gradient(mb)
     assert done.out is None and done.skip_reason.startswith("non-finite input: logp")
 
 

@@ -9,15 +9,14 @@ import torch
 
 from src.models import (
     build_tiny_model,
-    cache_key,
     generate,
     load_hf_model,
     num_parameters,
     train_tokenizer,
-    warm_start,
 )
-from src.models.warm_start import resolve_configs, sft_batch
 from src.tasks import get_task
+from src.warm_start import cache_key, resolve_configs, warm_start
+from src.warm_start.sft import sft_batch
 
 TINY_MODEL = {
     "hidden_size": 32,
@@ -234,7 +233,7 @@ def test_warm_start_caches_and_reuses(task, tmp_path, capsys):
 
 
 def test_build_notice_states_the_measured_default_time_only_for_the_default(tmp_path):
-    from src.models.warm_start import MEASURED_DEFAULT_BUILD, build_notice
+    from src.warm_start import MEASURED_DEFAULT_BUILD, build_notice
 
     default = build_notice(tmp_path, *resolve_configs({}, {}))
     assert default.startswith("warm start: building it once (tokenizer on 20000 texts, 350 SFT "
@@ -327,7 +326,7 @@ def test_a_cache_entry_of_another_numerics_mode_is_set_aside_not_used(task, tmp_
 
 
 def test_the_build_runs_on_its_own_thread_count_whatever_the_runs(task, tmp_path):
-    from src.models.warm_start import BUILD_THREADS
+    from src.warm_start import BUILD_THREADS
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

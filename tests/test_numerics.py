@@ -106,12 +106,14 @@ def test_the_config_cannot_disagree_with_the_mode_torch_loaded_in(tmp_path):
 
 
 def _loaded(args: list[str], env_extra: dict[str, str] | None = None) -> dict:
-    """What a fresh interpreter that imports `src` then torch uses: (its mode, the ISA)."""
+    """What a fresh interpreter that pins as an entry point does (src/pinning.py), then loads
+    torch, uses: (its mode, the ISA)."""
     import os
 
     env = {k: v for k, v in os.environ.items() if k not in (*PORTABLE_PINS, ENV_MODE, ENV_PINNED)}
     env.update(env_extra or {})
-    code = ("import json, sys\nimport src\nimport torch\nfrom src._numerics import fingerprint\n"
+    code = ("import json, sys\nfrom src.pinning import pin_process\npin_process()\nimport torch\n"
+            "from src._numerics import fingerprint\n"
             "print(json.dumps(fingerprint()))")
     out = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120, check=True)
@@ -138,8 +140,8 @@ def test_torch_dispatches_to_avx2_in_portable_mode_and_to_its_own_best_in_native
 
 
 def test_the_warm_start_key_of_a_native_build_is_its_own():
-    from src.models.warm_start import cache_key
     from src.tasks import get_task
+    from src.warm_start import cache_key
 
     task = get_task("arithmetic")
     # the default config's key: the one the shipped build and every committed run carry

@@ -19,6 +19,7 @@ from src.run_vocab import RATIO_BIN_EDGES
 from src.schedule import StoredRollout, behaviour_weight, capped_share, split_rows
 from src.schedule.sources.delay import Delay
 from src.schedule.sources.replay import Replay
+from src.seeds import step_seed
 from tests.conftest import compose
 from tests.offpolicy_harness import FakeBackend, make_trainer, run_steps
 from tests.tiny_policy import tiny_model
@@ -29,7 +30,7 @@ K_UPDATES = 2  # train.staleness in the harness
 def _rollout_of(trainer, slot: int):
     """The rollout the fake engine gives for `slot`: its 2 prompts and the slot's seed."""
     return FakeBackend().generate(["a", "b"], num_samples=4, max_new_tokens=10, temperature=1.0,
-                                  top_p=1.0, seed=trainer._step_seed(slot))
+                                  top_p=1.0, seed=step_seed(trainer.cfg.seed, slot))
 
 
 # -- the delay queue ---------------------------------------------------------------------
@@ -280,7 +281,8 @@ def test_ratio_histogram_bins_are_right_closed():
 
 @pytest.mark.parametrize("method", ["ppo", "bapo", "top_entropy", "m2po", "cispo"])
 def test_micro_batches_give_the_whole_gradient_with_a_proximal_anchor_and_weights(method):
-    from src.trainer import MiniBatch, Trainer
+    from src.minibatches import MiniBatch
+    from src.trainer import Trainer
     from tests.test_microbatch import ADVANTAGES, _config
     from tests.tiny_policy import B, tiny_rollout
 
@@ -298,7 +300,7 @@ def test_micro_batches_give_the_whole_gradient_with_a_proximal_anchor_and_weight
         mb = MiniBatch(torch.arange(B), data, logp_b, ent, ADVANTAGES.clone(), torch.zeros(B),
                        logp_old=logp_prox, token_weight=weight)
         model.zero_grad(set_to_none=True)
-        done = trainer._backward(mb, seed=5)
+        done = trainer.gradient_step.gradient(mb, seed=5)
         assert done.skip_reason is None
         grads.append([p.grad.detach().clone() for p in model.parameters()])
     for whole, micro in zip(*grads, strict=True):

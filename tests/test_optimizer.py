@@ -16,7 +16,7 @@ def test_sgd_optimizer_moves_weights_by_their_gradient():
     cfg = compose(["train.optimizer=sgd", "train.lr=0.5", "train.betas=[0.0,0.999]"])
     model = torch.nn.Linear(2, 1, bias=False)
     model.weight.data[:] = torch.tensor([[1.0, -1.0]])
-    optimizer, _ = build_optimizer(cfg, model)
+    optimizer, _ = build_optimizer(cfg.train, model)
     assert isinstance(optimizer, torch.optim.SGD)
     model.weight.grad = torch.tensor([[0.2, 0.0]])
     optimizer.step()

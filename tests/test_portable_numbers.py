@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from src._numerics import active_mode, cpu_model_and_flags, fingerprint
-from src.models.warm_start import SHIPPED_DIR, cache_key, resolve_configs, weights_digest
 from src.tasks import get_task
+from src.warm_start import SHIPPED_DIR, cache_key, resolve_configs, weights_digest
 from tests.conftest import REPO
 
 SHIPPED = sorted(p.parent for p in SHIPPED_DIR.glob("*/info.json"))

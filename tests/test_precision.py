@@ -22,10 +22,11 @@ from torch.overrides import TorchFunctionMode
 from src.algorithms import METHODS as REGISTERED
 from src.algorithms import policy_loss
 from src.config import ConfigError
+from src.minibatches import MiniBatch
 from src.models.precision import autocast, autocast_forward
 from src.policy import response_logprobs, sampled_logprobs
 from src.run import execute
-from src.trainer import MiniBatch, Trainer
+from src.trainer import Trainer
 from tests.conftest import compose
 from tests.tiny_policy import B, T, tiny_model, tiny_rollout
 
@@ -134,16 +135,16 @@ def test_update_zero_is_on_policy_under_autocast_and_the_step_moves_the_policy()
                       None, None, None)
     data = tiny_rollout()
     with torch.no_grad():
-        logp_b, ent_b = trainer._score(data)
+        logp_b, ent_b = trainer.scorer(data)
     adv = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
-    done = trainer._backward(MiniBatch(torch.arange(B), data, logp_b, ent_b, adv, torch.zeros(B)),
+    done = trainer.gradient_step.gradient(MiniBatch(torch.arange(B), data, logp_b, ent_b, adv, torch.zeros(B)),
                              on_policy=True)
     assert done.logp.dtype == torch.float32 == logp_b.dtype
     assert bool((done.out.ratio[data.response_mask] == 1).all())  # bit for bit
     assert all(p.grad.dtype == torch.float32 for p in model.parameters())
     torch.optim.AdamW(model.parameters(), lr=1e-2).step()
     with torch.no_grad():
-        after, _ = trainer._score(data)
+        after, _ = trainer.scorer(data)
     assert float((after - logp_b)[data.response_mask].abs().max()) > 1e-3
 
 
@@ -165,8 +166,8 @@ def test_run_under_bf16_autocast_stays_on_policy_at_update_zero(tmp_path, smoke_
 
 
 def test_warm_start_under_autocast_is_its_own_cache_entry(tmp_path):
-    from src.models.warm_start import cache_key, warm_start
     from src.tasks import get_task
+    from src.warm_start import cache_key, warm_start
 
     task = get_task("arithmetic", max_terms=2)
     model_cfg = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "tokenizer_corpus": 300}
@@ -260,12 +261,12 @@ def test_trainer_backward_on_cuda_matches_cpu(method, micro):
         trainer = Trainer(cfg, model, None, None, None, None, None, None, None)
         data = tiny_rollout()
         with torch.no_grad():
-            logp_b, ent_b = trainer._score(data)
+            logp_b, ent_b = trainer.scorer(data)
         logp_b = logp_b - 0.3 * torch.rand(logp_b.shape, generator=torch.Generator().manual_seed(0)).to(device)
         assert logp_b.device.type == device
         adv = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
         mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, adv, torch.zeros(B))
-        done = trainer._backward(mb)
+        done = trainer.gradient_step.gradient(mb)
         assert done.skip_reason is None
         assert done.logp.device.type == device and done.out.loss.device.type == device
         grads[device] = [p.grad.detach().cpu() for p in model.parameters()]
@@ -293,8 +294,8 @@ def test_run_on_cuda_with_bf16_autocast(tmp_path, smoke_overrides, method):
 @pytest.mark.cuda
 @needs_cuda
 def test_warm_start_trains_on_cuda(tmp_path):
-    from src.models.warm_start import warm_start
     from src.tasks import get_task
+    from src.warm_start import warm_start
 
     model, _, info = warm_start(
         get_task("arithmetic", max_terms=2), {"hidden_size": 32, "num_layers": 1, "num_heads": 2},

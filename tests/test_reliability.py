@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-import src.trainer as trainer_module
+import src.policy as policy_module
 from src.run import execute
 from tests.conftest import REPO, compose
 from tests.test_e2e import read_metrics
@@ -68,7 +68,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
     proc = kill_after_checkpoint(overrides, crashed, step=2)
     assert json.loads((crashed / "status.json").read_text())["status"] == "running"
     # The killed process held the run dir's lock; the kernel released it, so the rerun below
-    # takes it and resumes (src/run_lock.py).
+    # takes it and resumes (src/lifecycle.py).
     assert (crashed / ".lock").read_text().startswith(f"pid {proc.pid} on host ")
     # The analysis reads the killed run up to its last complete step, and says so.
     from analysis.core.loader import load_runs
@@ -101,7 +101,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides
 
 def _nan_on_updates(monkeypatch, is_bad):
     """NaN log-probs from the update forward pass (grad enabled) on calls n where is_bad(n)."""
-    real = trainer_module.response_logprobs
+    real = policy_module.response_logprobs
     calls = {"n": 0}
 
     def faulty(model, batch, **kw):
@@ -112,7 +112,7 @@ def _nan_on_updates(monkeypatch, is_bad):
                 logp = logp + float("nan")
         return logp, entropy
 
-    monkeypatch.setattr(trainer_module, "response_logprobs", faulty)
+    monkeypatch.setattr(policy_module, "response_logprobs", faulty)
 
 
 def test_nan_logprobs_skip_the_update_and_are_counted(tmp_path, smoke_overrides, monkeypatch, capsys):
@@ -222,7 +222,7 @@ def test_a_rerun_with_another_method_names_the_method_first(tmp_path):
     import yaml
 
     from src.config import ConfigError, to_container
-    from src.preflight import check_existing_run
+    from src.lifecycle import check_existing_run
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
+from src.lifecycle import lock_run_dir
 from src.run import execute
-from src.run_lock import lock_run_dir
 from tests.conftest import REPO, compose
 
-HOLD = ("import sys\nfrom src.run_lock import lock_run_dir\nlock = lock_run_dir(sys.argv[1])\n"
+HOLD = ("import sys\nfrom src.lifecycle import lock_run_dir\nlock = lock_run_dir(sys.argv[1])\n"
         "print('locked', flush=True)\nsys.stdin.read()\n")
 
 

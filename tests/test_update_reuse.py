@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from src.checkpoint import TrainState
+from src.minibatches import MiniBatch
 from src.policy import response_logprobs
 from src.schedule import StoredRollout, TrainingSet
-from src.trainer import MiniBatch, Trainer
+from src.trainer import Trainer
 from tests.test_microbatch import ADVANTAGES, _config
 from tests.tiny_policy import B, tiny_model, tiny_rollout
 
@@ -24,7 +25,7 @@ def test_update_zero_uses_the_behaviour_pass_and_gets_its_gradient():
         mb = MiniBatch(torch.arange(B), data, logp.detach(), entropy, ADVANTAGES.clone(),
                        torch.zeros(B), policy_pass=kept)
         model.zero_grad(set_to_none=True)
-        done = trainer._backward(mb, on_policy=True)
+        done = trainer.gradient_step.gradient(mb, on_policy=True)
         assert done.skip_reason is None and mb.policy_pass is None  # used once, then dropped
         assert (done.out.ratio[data.response_mask] == 1.0).all()
         grads.append([q.grad.clone() for q in model.parameters()])
@@ -32,26 +33,26 @@ def test_update_zero_uses_the_behaviour_pass_and_gets_its_gradient():
 
 
 def test_minibatches_run_one_forward_each_and_keep_only_the_first_graph(monkeypatch):
-    import src.trainer as trainer_module
+    import src.policy as policy_module
 
     model, data = tiny_model(), tiny_rollout()
     cfg = _config("ppo", "token-mean", None)
     cfg.train.staleness = 2
     trainer = Trainer(cfg, model, None, None, None, None, None, None, None)
     calls = []
-    real = trainer_module.response_logprobs
+    real = policy_module.response_logprobs
 
     def counted(m, batch, **kw):
         calls.append(torch.is_grad_enabled())
         return real(m, batch, **kw)
 
-    monkeypatch.setattr(trainer_module, "response_logprobs", counted)
+    monkeypatch.setattr(policy_module, "response_logprobs", counted)
     fresh = StoredRollout(0, 0, 0, data, torch.zeros(B), torch.zeros(B), ADVANTAGES.clone(), 0, 2)
-    batches = trainer._training_batches(TrainingSet([fresh]), step=0, state=TrainState())
+    batches = trainer._minibatches(TrainingSet([fresh]), TrainState())
     assert calls == [True, False]  # mini-batch 0 with grad (kept), mini-batch 1 without
     assert batches[0].policy_pass is not None and batches[1].policy_pass is None
     assert batches[0].policy_pass[0].requires_grad and not batches[0].logp_behavior.requires_grad
     assert torch.equal(batches[0].policy_pass[0].detach(), batches[0].logp_behavior)
     for mb in batches:
-        trainer._backward(mb, on_policy=mb is batches[0])
+        trainer.gradient_step.gradient(mb, on_policy=mb is batches[0])
     assert calls == [True, False, True]  # update 0 ran no forward of its own

@@ -37,7 +37,8 @@ def test_the_users_own_setting_wins(var):
 
 def test_the_policy_is_chosen_before_torch_loads():
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    code = ("import json, os, sys\nimport src\nfrom src._wait_policy import CHOICE\n"
+    code = ("import json, os, sys\nfrom src.pinning import pin_process\npin_process()\n"
+            "from src._wait_policy import CHOICE\n"
             "print(json.dumps(['torch' in sys.modules, CHOICE, os.environ.get('GOMP_SPINCOUNT')]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=120, check=True)

@@ -26,17 +26,22 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
+from src.pinning import pin_process  # noqa: E402
+
+if __name__ == "__main__":
+    pin_process()  # the numerics, before torch loads (src/pinning.py)
+
+import torch  # noqa: E402
+
 from src.algorithms import group_advantages, policy_loss  # noqa: E402
 from src.build import build_model, build_optimizer, build_task  # noqa: E402
-from src.models.warm_start import sft_batch  # noqa: E402
 from src.policy import response_logprobs  # noqa: E402
 from src.rollout.hf import HFRollout  # noqa: E402
+from src.warm_start.sft import sft_batch  # noqa: E402
 from tests.conftest import compose  # noqa: E402
 
 
@@ -91,8 +96,9 @@ def main() -> None:
     cfg = compose(["logger.progress=false", *args.overrides])
     torch.manual_seed(0)
     torch.set_num_threads(cfg.train.threads)
-    task = build_task(cfg)
-    model, tokenizer, info = build_model(cfg, task, torch.device("cpu"), progress=False)
+    task = build_task(cfg.task)
+    model, tokenizer, info = build_model(cfg.model, task, torch.device("cpu"), progress=False,
+                                         cache_dir=cfg.cache_dir, numerics=cfg.numerics)
     backend = HFRollout(model, tokenizer)
     start = int(info.get("next_train_index", 0))
     n = cfg.train.prompts_per_step
@@ -125,7 +131,7 @@ def main() -> None:
         for label, g in directions.items():
             moved = copy.deepcopy(model)
             step_cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=lr))
-            opt, _ = build_optimizer(step_cfg, moved)  # the run's optimizer (train.optimizer)
+            opt, _ = build_optimizer(step_cfg.train, moved)  # the run's optimizer (train.optimizer)
             set_grad(moved, g)
             torch.nn.utils.clip_grad_norm_(moved.parameters(), cfg.train.grad_clip)
             opt.step()

@@ -39,7 +39,7 @@ from testbed_targets import summarize  # noqa: E402
 
 from analysis.core.stats import fmt_ci, mean_ci  # noqa: E402
 from src.config_fields import config_exit  # noqa: E402
-from src.telemetry import read_status  # noqa: E402
+from src.lifecycle import read_status  # noqa: E402
 
 MD, CSV = HERE / "testbed_judgement.md", HERE / "testbed_grid_rows.csv"
 CELLS = (("1x", "ppo"), ("4x", "ppo"), ("4x", "bapo"))

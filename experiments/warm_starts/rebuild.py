@@ -7,7 +7,7 @@
 Each dir here, `<key>/`, is a warm start as the cache holds it (model and tokenizer saved with
 `save_pretrained`, info.json), committed so that every machine starts its runs from the same
 weights: a run whose warm-start key has a shipped build loads it and builds nothing
-(src/models/warm_start.py). Its info.json records `weights_sha256`, the digest of its
+(src/warm_start/). Its info.json records `weights_sha256`, the digest of its
 weights at the time it was shipped.
 
 A rebuild trains the build again from its info.json (task, model and SFT configs, seed) in
@@ -31,7 +31,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import src  # noqa: E402,F401 - pins the numerics mode before torch loads
+from src.pinning import pin_process  # noqa: E402
+
+pin_process()  # the numerics mode, before torch loads
 
 HERE = Path(__file__).resolve().parent
 
@@ -43,8 +45,8 @@ def shipped_keys() -> list[str]:
 def rebuild(entry: Path, scratch: Path) -> tuple[str, str]:
     """(the shipped digest, the rebuilt one) of the shipped build in `entry`."""
     from src._numerics import active_mode
-    from src.models.warm_start import build, resolve_configs
     from src.tasks import get_task
+    from src.warm_start import build, resolve_configs
 
     info = json.loads((entry / "info.json").read_text())
     task_cfg = dict(info["task"])
@@ -60,8 +62,8 @@ def ship(overrides: list[str]) -> Path:
     from hydra import compose, initialize_config_dir
 
     from src.config import validate
-    from src.models.warm_start import warm_start
     from src.tasks import get_task
+    from src.warm_start import warm_start
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = validate(compose(config_name="config", overrides=overrides))

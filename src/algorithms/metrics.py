@@ -45,14 +45,7 @@ def update_metrics(out: PolicyLossOutput, advantages: Tensor, mask: Tensor, logp
     so padding costs nothing. The decision's own record (BAPO's rho, ...) is merged in.
     """
     mask = mask.bool()
-    if advantages.dim() == 1:
-        advantages = advantages[:, None].expand_as(mask)
-    r = out.ratio.detach()[mask].double()
-    w = out.weight.detach()[mask].double()
-    # as the loss saw them: in the log-probs' dtype
-    a = advantages.detach().to(out.ratio.device, out.ratio.dtype)[mask].double()
-    st, il = out.clip_state[mask], out.in_loss[mask]
-    lp = logp.detach()[mask].double()
+    r, w, a, st, il, lp = _flat(out, advantages, mask, logp)
     pos, neg = (a > 0) & il, (a < 0) & il
     carries = il & carries_gradient(st)
     clipped = il & ~carries
@@ -60,14 +53,7 @@ def update_metrics(out: PolicyLossOutput, advantages: Tensor, mask: Tensor, logp
     n_in, n_pos, n_neg = int(il.sum()), int(pos.sum()), int(neg.sum())
     grad = w * a.abs()
     grad_pos, grad_neg = float(grad[pos & carries].sum()), float(grad[neg & carries].sum())
-    value_ratio = w
-    if out.c_high is not None:
-        value_ratio = torch.where(st == CLIP_HIGH, out.c_high, value_ratio)
-    if out.c_low is not None:
-        value_ratio = torch.where(st == CLIP_LOW, out.c_low, value_ratio)
-    value_ratio = torch.where(st == MASKED, 0.0, value_ratio)
-    value = (value_ratio * a).abs()
-    value_pos, value_neg = float(value[pos].sum()), float(value[neg].sum())
+    value_pos, value_neg = _value_contributions(out, w, a, st, pos, neg)
     log_r = r.log()
     ax = a * carries
     cov = float(((lp - lp.mean()) * (ax - ax.mean())).mean())
@@ -107,6 +93,34 @@ def update_metrics(out: PolicyLossOutput, advantages: Tensor, mask: Tensor, logp
     }
     record.update(out.decision.record)
     return record
+
+
+def _flat(out: PolicyLossOutput, advantages: Tensor, mask: Tensor, logp: Tensor):
+    """The masked tokens, flattened: ratio, gradient weight and advantage (fp64), clip state,
+    in-loss flag, logp (fp64)."""
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(mask)
+    r = out.ratio.detach()[mask].double()
+    w = out.weight.detach()[mask].double()
+    # as the loss saw them: in the log-probs' dtype
+    a = advantages.detach().to(out.ratio.device, out.ratio.dtype)[mask].double()
+    st, il = out.clip_state[mask], out.in_loss[mask]
+    lp = logp.detach()[mask].double()
+    return r, w, a, st, il, lp
+
+
+def _value_contributions(out: PolicyLossOutput, w: Tensor, a: Tensor, st: Tensor, pos: Tensor,
+                         neg: Tensor) -> tuple[float, float]:
+    """Eq. 8's value reading, by sign: |A_t v_t| summed, v_t the bound where a token is
+    clipped at it, 0 where it is masked, w_t otherwise."""
+    value_ratio = w
+    if out.c_high is not None:
+        value_ratio = torch.where(st == CLIP_HIGH, out.c_high, value_ratio)
+    if out.c_low is not None:
+        value_ratio = torch.where(st == CLIP_LOW, out.c_low, value_ratio)
+    value_ratio = torch.where(st == MASKED, 0.0, value_ratio)
+    value = (value_ratio * a).abs()
+    return float(value[pos].sum()), float(value[neg].sum())
 
 
 __all__ = ["NONE", "STATE_FRACTIONS", "update_metrics"]

@@ -6,5 +6,7 @@
   (load it in verl's workers with `actor_rollout_ref.model.external_lib`).
 - `src.integrations.tasks`: the project's tasks as verl parquet data + reward function.
 
-Nothing is imported here, so `import src.integrations` needs neither TRL nor verl.
+Nothing is imported here, so `import src.integrations` needs neither TRL nor verl. Importing
+a plug changes nothing in your process (no environment variable, no thread setting); for the
+project's CPU numbers call `src.pinning.pin_process()` before torch loads (docs/integrations.md).
 """

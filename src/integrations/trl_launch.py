@@ -17,10 +17,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-import torch
-from trl import GRPOConfig
+from src.pinning import pin_process
 
-from src.integrations.trl_grpo import ProjectGRPOTrainer, trl_knobs
+if __name__ == "__main__":  # a launch pins as `python -m src.run` does; an import pins nothing
+    pin_process()
+
+import torch  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+from src.integrations.trl_grpo import ProjectGRPOTrainer, trl_knobs  # noqa: E402
 
 
 def project_config(cfg: dict, *, seed: int, max_new_tokens: int, temperature: float,
@@ -58,26 +63,8 @@ def build_trainer(cfg: dict) -> ProjectGRPOTrainer:
     project = project_config(cfg, seed=args.seed, max_new_tokens=args.max_completion_length,
                              temperature=args.temperature, top_p=args.top_p)
     task = get_task(project.task.name, **dict(project.task.params))
-    if project.model.kind == "tiny":
-        from accelerate import PartialState
-
-        from src.build import build_model
-
-        # Under `accelerate launch` the main process builds (or loads) the cached warm start
-        # first; the other ranks then load that same cache entry instead of training it too.
-        with PartialState().main_process_first():
-            model, tokenizer, info = build_model(project, task, torch.device("cpu"),
-                                                 progress=PartialState().is_main_process)
-        start = int(info.get("next_train_index", 0))
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(project.model.path,
-                                                  trust_remote_code=project.model.trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            project.model.path, dtype=getattr(torch, project.model.dtype),
-            trust_remote_code=project.model.trust_remote_code)
-        start = 0
-    fmt = prompt_formatter(project, tokenizer)
+    model, tokenizer, start = _model(project, task)
+    fmt = prompt_formatter(project.model, tokenizer)
     rollouts = -(-args.max_steps // (staleness * epochs))
     n_prompts = rollouts * args.generation_batch_size // args.num_generations
     problems = [task.problem(start + i) for i in range(n_prompts)]
@@ -100,6 +87,30 @@ def build_trainer(cfg: dict) -> ProjectGRPOTrainer:
         eval_fn=eval_fn, eval_every=(cfg.get("eval") or {}).get("every"),
         extra_config={"task": {"name": project.task.name, "params": dict(project.task.params)},
                       "model": {"kind": project.model.kind, "path": project.model.path}})
+
+
+def _model(project, task):
+    """(model, tokenizer, the first training problem): the tiny warm start, or an HF model."""
+    if project.model.kind == "tiny":
+        from accelerate import PartialState
+
+        from src.build import build_model
+
+        # Under `accelerate launch` the main process builds (or loads) the cached warm start
+        # first; the other ranks then load that same cache entry instead of training it too.
+        with PartialState().main_process_first():
+            model, tokenizer, info = build_model(project.model, task, torch.device("cpu"),
+                                                 progress=PartialState().is_main_process,
+                                                 cache_dir=project.cache_dir,
+                                                 numerics=project.numerics)
+        return model, tokenizer, int(info.get("next_train_index", 0))
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(project.model.path,
+                                              trust_remote_code=project.model.trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        project.model.path, dtype=getattr(torch, project.model.dtype),
+        trust_remote_code=project.model.trust_remote_code)
+    return model, tokenizer, 0
 
 
 _RANK_VARS = ("WORLD_SIZE", "LOCAL_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")

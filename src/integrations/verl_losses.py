@@ -149,15 +149,7 @@ def make_policy_loss(name: str, *, returns: str | None = None) -> Callable:
                 response_mask: Tensor, loss_agg_mode: str = "token-mean", config: Any = None,
                 rollout_is_weights: Tensor | None = None, **_ignored):
         method = _method_for(name, config)
-        if rollout_is_weights is not None:
-            raise ValueError(
-                f"policy loss {name!r}: verl passed rollout_is_weights (algorithm.rollout_correction "
-                "is on). The project's objectives have no per-token IS weights; set "
-                "algorithm.rollout_correction.rollout_is=null (the actor recomputes the behaviour "
-                "log-probs, so the ratio is already against the trainer's own weights).")
-        if loss_agg_mode not in AGGREGATIONS:
-            raise ValueError(f"policy loss {name!r}: actor.loss_agg_mode={loss_agg_mode!r} is not "
-                             f"one of the project's aggregations {list(AGGREGATIONS)}")
+        _refuse_call(name, rollout_is_weights, loss_agg_mode)
         entropy = _ENTROPY.get()
         if entropy is not None and entropy.shape != log_prob.shape:
             entropy = None  # e.g. another loss wrapper changed the layout; do not guess
@@ -186,17 +178,7 @@ def make_policy_loss(name: str, *, returns: str | None = None) -> Callable:
             # Zero loss that keeps the graph (FSDP needs every rank to backward).
             return _result(log_prob.sum() * 0.0, {"actor/repro/skipped": 1.0}, returns)
         loss = _verl_scale(out.loss, mask, loss_agg_mode, config)
-        m = update_metrics(out, advantages, mask, log_prob, entropy)
-        metrics = {"actor/pg_clipfrac": float(m.get("clip_frac") or 0.0),
-                   "actor/ppo_kl": float(m.get("kl_k3") or 0.0),  # k3 estimate of KL(old||new)
-                   "actor/pg_clipfrac_lower": float(m.get("dual_clip_frac") or 0.0),
-                   "actor/repro/skipped": 0.0}
-        for key, value in m.items():
-            value = json_value(value)
-            if isinstance(value, bool):
-                value = float(value)
-            if isinstance(value, int | float):
-                metrics[f"actor/repro/{key}"] = float(value)
+        metrics = _verl_metrics(update_metrics(out, advantages, mask, log_prob, entropy))
         return _result(loss, metrics, returns)
 
     loss_fn.__name__ = f"repro_policy_loss_{name}"
@@ -207,6 +189,35 @@ def make_policy_loss(name: str, *, returns: str | None = None) -> Callable:
 
 class _Skip(Exception):
     pass
+
+
+def _refuse_call(name: str, rollout_is_weights: Tensor | None, loss_agg_mode: str) -> None:
+    """What verl may pass that the project's objectives cannot take: an error naming the fix."""
+    if rollout_is_weights is not None:
+        raise ValueError(
+            f"policy loss {name!r}: verl passed rollout_is_weights (algorithm.rollout_correction "
+            "is on). The project's objectives have no per-token IS weights; set "
+            "algorithm.rollout_correction.rollout_is=null (the actor recomputes the behaviour "
+            "log-probs, so the ratio is already against the trainer's own weights).")
+    if loss_agg_mode not in AGGREGATIONS:
+        raise ValueError(f"policy loss {name!r}: actor.loss_agg_mode={loss_agg_mode!r} is not "
+                         f"one of the project's aggregations {list(AGGREGATIONS)}")
+
+
+def _verl_metrics(m: dict[str, Any]) -> dict[str, float]:
+    """The update metrics as verl's actor metrics (its three keys, then every number of ours
+    under actor/repro/)."""
+    metrics = {"actor/pg_clipfrac": float(m.get("clip_frac") or 0.0),
+               "actor/ppo_kl": float(m.get("kl_k3") or 0.0),  # k3 estimate of KL(old||new)
+               "actor/pg_clipfrac_lower": float(m.get("dual_clip_frac") or 0.0),
+               "actor/repro/skipped": 0.0}
+    for key, value in m.items():
+        value = json_value(value)
+        if isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, int | float):
+            metrics[f"actor/repro/{key}"] = float(value)
+    return metrics
 
 
 def register(names: list[str] | None = None, *, register_fn: Callable | None = None,

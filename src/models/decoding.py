@@ -138,6 +138,57 @@ def _top_p_filter(scores: Tensor, top_p: float) -> Tensor:
     return scores.masked_fill(remove, -float("inf"))
 
 
+def _check_sampling(max_new_tokens: int, temperature: float, top_p: float, greedy: bool) -> None:
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not greedy and temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def _prefill(model: torch.nn.Module, prompt_ids: Tensor, mask: Tensor, positions: Tensor,
+             use_mask: bool, capacity: int, cache_arg: str, keeps_logits: bool):
+    """The prompts' forward, once per run of identical rows: (each row's last logits in fp32,
+    the KV cache with one entry per row)."""
+    batch = prompt_ids.shape[0]
+    extra = {"logits_to_keep": 1} if keeps_logits else {}
+    cache = _preallocated_cache(model, capacity)
+    if cache is not None:
+        extra[cache_arg] = cache
+    prompt_ids = prompt_ids.to(mask.device)
+    first, copies = _repeated_rows(prompt_ids, mask)
+    out = model(input_ids=prompt_ids[first], attention_mask=mask[first] if use_mask else None,
+                position_ids=positions[first], use_cache=True, **extra)
+    cache = getattr(out, cache_arg)
+    # Indexing copies: a view would keep the prefill's whole logits alive through the loop.
+    logits = out.logits[:, -1].to(torch.float32)[copies]
+    del out
+    if first.numel() < batch:
+        cache.batch_select_indices(copies)  # each prompt's cache, once per copy of the prompt
+    return logits, cache
+
+
+def _draw(logits: Tensor, no_eos: bool, eos_token_id: int, *, greedy: bool, temperature: float,
+          top_p: float, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """The next token of each row (argmax, or a draw from softmax(logits / T) after top-p)
+    and its log-prob under the distribution it was drawn from. `no_eos`: EOS is masked out
+    (in `logits` itself, as before the draw)."""
+    scores = logits
+    if no_eos:
+        scores[:, eos_token_id] = -float("inf")
+    if greedy:
+        token = scores.argmax(dim=-1)
+    else:
+        if temperature != 1.0:
+            scores = scores / temperature
+        if top_p < 1.0:
+            scores = _top_p_filter(scores, top_p)
+        token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)[:, 0]
+    logp = torch.log_softmax(scores, dim=-1).gather(-1, token[:, None])[:, 0]
+    return token, logp
+
+
 @torch.no_grad()
 def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
            max_new_tokens: int, eos_token_id: int, pad_token_id: int,
@@ -150,12 +201,7 @@ def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
     `min_new_tokens`: EOS is masked out (logit -inf) before that many tokens, like HF's
     `MinNewTokensLengthLogitsProcessor`; for timing fixed-length responses.
     """
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if not greedy and temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    _check_sampling(max_new_tokens, temperature, top_p, greedy)
     cache_arg, keeps_logits = _forward_args(type(model))
     device = prompt_ids.device
     batch = prompt_ids.shape[0]
@@ -167,35 +213,13 @@ def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
     positions = (mask.cumsum(dim=-1) - 1).masked_fill(mask == 0, 0)
     # As `generate` does: no padding at all, no mask (the attention takes its causal path).
     use_mask = not bool((mask == 1).all())
-    extra = {"logits_to_keep": 1} if keeps_logits else {}
-    cache = _preallocated_cache(model, prompt_ids.shape[1] + max_new_tokens)
-    if cache is not None:
-        extra[cache_arg] = cache
-    prompt_ids = prompt_ids.to(device)
-    first, copies = _repeated_rows(prompt_ids, mask)
-    out = model(input_ids=prompt_ids[first], attention_mask=mask[first] if use_mask else None,
-                position_ids=positions[first], use_cache=True, **extra)
-    cache = getattr(out, cache_arg)
-    # Indexing copies: a view would keep the prefill's whole logits alive through the loop.
-    logits = out.logits[:, -1].to(torch.float32)[copies]
-    del out
-    if first.numel() < batch:
-        cache.batch_select_indices(copies)  # each prompt's cache, once per copy of the prompt
+    logits, cache = _prefill(model, prompt_ids, mask, positions, use_mask,
+                             prompt_ids.shape[1] + max_new_tokens, cache_arg, keeps_logits)
     next_position = positions[:, -1:] + 1
     rows = torch.arange(batch)  # original row of each row still decoding
     for step in range(max_new_tokens):
-        scores = logits
-        if step < min_new_tokens:
-            scores[:, eos_token_id] = -float("inf")
-        if greedy:
-            token = scores.argmax(dim=-1)
-        else:
-            if temperature != 1.0:
-                scores = scores / temperature
-            if top_p < 1.0:
-                scores = _top_p_filter(scores, top_p)
-            token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)[:, 0]
-        logp = torch.log_softmax(scores, dim=-1).gather(-1, token[:, None])[:, 0]
+        token, logp = _draw(logits, step < min_new_tokens, eos_token_id, greedy=greedy,
+                            temperature=temperature, top_p=top_p, generator=generator)
         token_cpu = token.cpu()
         tokens[rows, step] = token_cpu
         logps[rows, step] = logp.cpu()

@@ -50,8 +50,52 @@ from src.rollout.base import Rollout, needs_special_tokens
 _PREFIXES = ("_orig_mod.", "module.")  # torch.compile and DDP wrappers
 
 
+def _check_params(sync: str, sleep_level: int, gpu_memory_utilization: float) -> None:
+    if sync not in ("changed", "always", "never"):
+        raise ValueError(f"rollout.params.sync must be changed, always or never, got {sync!r}")
+    if sleep_level not in (1, 2):
+        raise ValueError(f"rollout.params.sleep_level must be 1 or 2, got {sleep_level}")
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise ValueError(f"rollout.params.gpu_memory_utilization must be in (0, 1], "
+                         f"got {gpu_memory_utilization}")
+
+
+def _push_method(push_method: str) -> str:
+    """`rollout.params.push_method`, auto resolved by what the installed vLLM has."""
+    if push_method == "auto":
+        push_method = "reload" if _has_reload_weights() else "load_weights"
+    if push_method not in ("reload", "load_weights"):
+        raise ValueError(f"rollout.params.push_method must be auto, reload or load_weights, "
+                         f"got {push_method!r}")
+    return push_method
+
+
 class VLLMRollout:
-    """A vLLM `LLM` engine that samples with the trainer's current weights."""
+    """A vLLM `LLM` engine that samples with the trainer's current weights.
+
+    Args:
+        model, tokenizer: the trainer's policy and its tokenizer (prompts are tokenized
+            with it, so the sampler sees exactly the ids the trainer scores).
+        model_path: what vLLM loads at start (the same hub name or path as the trainer).
+        gpu_memory_utilization: share of the GPU memory the engine may use.
+        enable_sleep_mode, sleep_level: free the engine's memory between rollouts
+            (level 1: weights to CPU RAM + drop KV cache; level 2: drop both).
+        dtype: "auto" takes the trainer model's dtype.
+        max_model_len: prompt + response limit (None: the model's own).
+        enforce_eager: no CUDA graphs (slower decoding, faster start, less memory).
+        logprobs_mode: keep "processed_logprobs" (see the module docstring);
+            "raw_logprobs" is vLLM's default, for comparison.
+        sync: "changed" (push only after a change), "always", or "never" (the sampler
+            keeps the start weights: an ablation and a test aid, not for training).
+        in_process: run the engine core in this process (needed for by-reference pushes).
+        push_method: "reload" (the worker's `reload_weights`, present in vLLM 0.32),
+            "load_weights" (`model.load_weights` on the live parameters, older vLLM),
+            or "auto" (reload when the installed vLLM has it).
+        seeded: per-request seeds derived from `generate(seed=...)`.
+        seed: the engine's global seed (in-process, vLLM also reseeds this process's
+            global RNGs with it; the rollout yaml passes the run's `seed`).
+        engine_kwargs: any other `vllm.LLM` keyword (max_num_seqs, kv_cache_memory_bytes...).
+    """
 
     def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, *,
                  model_path: str, gpu_memory_utilization: float = 0.35,
@@ -62,37 +106,7 @@ class VLLMRollout:
                  in_process: bool = True, seeded: bool = True, seed: int = 0,
                  push_method: str = "auto", trust_remote_code: bool = False,
                  engine_kwargs: dict[str, Any] | None = None):
-        """
-        Args:
-            model, tokenizer: the trainer's policy and its tokenizer (prompts are tokenized
-                with it, so the sampler sees exactly the ids the trainer scores).
-            model_path: what vLLM loads at start (the same hub name or path as the trainer).
-            gpu_memory_utilization: share of the GPU memory the engine may use.
-            enable_sleep_mode, sleep_level: free the engine's memory between rollouts
-                (level 1: weights to CPU RAM + drop KV cache; level 2: drop both).
-            dtype: "auto" takes the trainer model's dtype.
-            max_model_len: prompt + response limit (None: the model's own).
-            enforce_eager: no CUDA graphs (slower decoding, faster start, less memory).
-            logprobs_mode: keep "processed_logprobs" (see the module docstring);
-                "raw_logprobs" is vLLM's default, for comparison.
-            sync: "changed" (push only after a change), "always", or "never" (the sampler
-                keeps the start weights: an ablation and a test aid, not for training).
-            in_process: run the engine core in this process (needed for by-reference pushes).
-            push_method: "reload" (the worker's `reload_weights`, present in vLLM 0.32),
-                "load_weights" (`model.load_weights` on the live parameters, older vLLM),
-                or "auto" (reload when the installed vLLM has it).
-            seeded: per-request seeds derived from `generate(seed=...)`.
-            seed: the engine's global seed (in-process, vLLM also reseeds this process's
-                global RNGs with it; the rollout yaml passes the run's `seed`).
-            engine_kwargs: any other `vllm.LLM` keyword (max_num_seqs, kv_cache_memory_bytes...).
-        """
-        if sync not in ("changed", "always", "never"):
-            raise ValueError(f"rollout.params.sync must be changed, always or never, got {sync!r}")
-        if sleep_level not in (1, 2):
-            raise ValueError(f"rollout.params.sleep_level must be 1 or 2, got {sleep_level}")
-        if not 0.0 < gpu_memory_utilization <= 1.0:
-            raise ValueError(f"rollout.params.gpu_memory_utilization must be in (0, 1], "
-                             f"got {gpu_memory_utilization}")
+        _check_params(sync, sleep_level, gpu_memory_utilization)
         if in_process:
             # Read when the engine is built; must precede the LLM() call.
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -104,12 +118,7 @@ class VLLMRollout:
         if enable_sleep_mode and not _sleep_mode_available():
             raise ValueError("rollout.params.enable_sleep_mode=true needs a GPU platform where vLLM "
                              "supports sleep mode (CUDA/ROCm); set it to false here")
-        if push_method == "auto":
-            push_method = "reload" if _has_reload_weights() else "load_weights"
-        if push_method not in ("reload", "load_weights"):
-            raise ValueError(f"rollout.params.push_method must be auto, reload or load_weights, "
-                             f"got {push_method!r}")
-        self.push_method = push_method
+        self.push_method = _push_method(push_method)
         self._cpu_engine = _engine_platform_is_cpu()
         self.model, self.tokenizer = model, tokenizer
         self.sync, self.seeded = sync, seeded

@@ -15,13 +15,20 @@ from src.schedule.anchors import (
     needs_proximal,
 )
 from src.schedule.sources import SOURCES, Source, StepData, build_source
-from src.schedule.split import STALENESS_MODES, minibatch_size, rollout_prompts, split_rows
+from src.schedule.split import (
+    STALENESS_MODES,
+    minibatch_rows,
+    minibatch_size,
+    rollout_prompts,
+    split_rows,
+)
 from src.schedule.stored import StoredRollout, TrainingSet, concat_rollouts
 from src.updates import minibatch_count, passes_per_rollout, updates_per_rollout
 
 __all__ = [
     "ANCHORS", "SOURCES", "STALENESS_MODES", "WEIGHT_RULES", "Source", "StepData",
     "StoredRollout", "TrainingSet", "anchored", "behaviour_weight", "build_source",
-    "capped_share", "concat_rollouts", "minibatch_count", "minibatch_size", "needs_proximal",
+    "capped_share", "concat_rollouts", "minibatch_count", "minibatch_rows", "minibatch_size",
+    "needs_proximal",
     "passes_per_rollout", "rollout_prompts", "split_rows", "updates_per_rollout",
 ]

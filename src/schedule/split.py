@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from src.rollout import Rollout
 from src.updates import minibatch_count
 
 STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
@@ -51,3 +52,16 @@ def split_rows(size: int, parts: int, seed: int, groups: Tensor | None = None) -
     # Equal parts when `parts` divides `size` (every source but partial rollouts, whose
     # number of ended groups varies); otherwise sizes differ by at most one.
     return [rows.sort().values for rows in torch.tensor_split(perm, min(parts, size)) if rows.numel()]
+
+
+def minibatch_rows(train, data: Rollout, seed: int, rollouts: int = 1) -> list[Tensor]:
+    """The rows of each mini-batch of `data` (`rollouts` rollouts one after another) at the step
+    whose seed is `seed` (src/seeds.py): `train.staleness_mode`'s count of mini-batches per
+    rollout, drawn as `train.minibatch_split` says.
+
+    The one split: the generation runs a rollout's behaviour pass ahead of the step that
+    trains on it with this split of that step's seed, and the trainer splits the step's
+    training set with it, so both score the same mini-batch tensors.
+    """
+    groups = data.group_ids if train.minibatch_split == "groups" else None
+    return split_rows(data.size, minibatch_count(train) * rollouts, seed, groups)

@@ -17,15 +17,21 @@ import warnings
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import torch
-from accelerate import PartialState
-from accelerate.utils import gather_object
-from datasets import Dataset
-from trl import GRPOConfig
 
-from src.integrations.trl_grpo import ProjectGRPOTrainer, trl_knobs
-from src.models.tiny import build_tiny_model
-from src.models.tokenizer import train_tokenizer
+from src.pinning import pin_process
+
+if __name__ == "__main__":
+    pin_process()  # as the project's import did before; before torch loads
+
+import torch  # noqa: E402
+from accelerate import PartialState  # noqa: E402
+from accelerate.utils import gather_object  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+from src.integrations.trl_grpo import ProjectGRPOTrainer, trl_knobs  # noqa: E402
+from src.models.tiny import build_tiny_model  # noqa: E402
+from src.models.tokenizer import train_tokenizer  # noqa: E402
 
 
 def digit_reward(completions, **_):
