@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from src.config import Config, ConfigError, to_container, validate
 from src.run_dir import config_differences, mismatch_message, register_resolver, stored_config
+from src.run_vocab import upgrade_config
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -227,7 +228,9 @@ def check_existing_run(cfg: Config, run_dir: Path) -> None:
         raise ConfigError(f"hydra.run.dir: {run_dir} holds run data but no readable config.yaml, "
                           "so it cannot be checked; give this run another dir or pass "
                           "overwrite=true to move the old one aside")
-    differences = config_differences(stored, to_container(cfg))
+    # Today's config through the same upgrade as the stored one: an HF model's empty
+    # `model.sft` gets the keys added since on both sides, or no HF run could resume.
+    differences = config_differences(stored, upgrade_config(to_container(cfg)))
     if differences:
         raise ConfigError(mismatch_message(run_dir, differences))
     finished = (read_status(run_dir) or {}).get("status") == "finished"
