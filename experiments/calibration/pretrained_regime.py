@@ -2,6 +2,7 @@
 
     python experiments/calibration/pretrained_regime.py pass [--samples 4] OVERRIDE ...
     python experiments/calibration/pretrained_regime.py updates RUN_DIR [RUN_DIR ...]
+    python experiments/calibration/pretrained_regime.py summary RUN_DIR [RUN_DIR ...]
 
 `pass`: the model as the overrides build it (e.g. `experiment=smol_4x`) samples
 `--samples` responses to each of the task's first `task.eval_problems` held-out problems at
@@ -20,6 +21,13 @@ the share of tokens with r outside [0.8, 1.2], the band mass (the share of `sum 
 A < 0 tokens with r in [0.6, 0.9] and A > 0 tokens with r in [1.2, 3.0]: what BAPO's search
 can move; testbed_targets.md target 5), and the mean |log r|; then the seconds per update,
 per rollout and per behaviour pass from metrics.jsonl.
+
+`summary`: one row per run (seconds per rollout, behaviour pass, update and step; the clip
+fraction, share outside [0.8, 1.2] and band mass over all its updates' loss tokens, as
+testbed_targets.md counts them; mean |log r| of the stale updates; the tail share of the
+sampled tokens; mean training reward and response length; evals), merged by pilot into
+pretrained_pilots.csv (rows of runs whose dirs are gone stay as measured), and the table in
+pretrained.md rewritten between its markers.
 """
 
 from __future__ import annotations
@@ -118,6 +126,75 @@ def step_times(run_dir: Path) -> dict:
     return {k: float(np.mean([s[k] for s in steps])) for k in keys}
 
 
+CSV, MD = HERE / "pretrained_pilots.csv", HERE / "pretrained.md"
+TABLE_START, TABLE_END = "<!-- pilots table: pretrained_regime.py summary -->", "<!-- end of pilots table -->"
+FMT = {"s_rollout": 1, "s_behaviour": 1, "s_update": 1, "s_step": 1, "step_vs_P04": 2,
+       "clip": 4, "outside": 3, "band_mass": 3, "abs_log_r": 3, "tail": 3, "reward": 3,
+       "length": 1, "sampled_0": 3, "sampled_end": 3, "greedy_0": 3, "greedy_end": 3}
+
+
+def summary_row(run_dir: Path) -> dict:
+    """One run: its seconds per part of a step, and its regime over every update (as
+    testbed_targets.md's targets 5 and 6 count it: update 0's on-policy tokens included)."""
+    import yaml
+
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["kind"] == "step"]
+    updates = [r for r in records if r["kind"] == "update" and not r.get("skipped")]
+    evals = [r for r in records if r["kind"] == "eval"]
+    per_update = update_table(run_dir)
+    t = pd.concat([pd.read_parquet(p, columns=TOKEN_COLUMNS)
+                   for p in sorted((run_dir / "tokens").glob("*.parquet"))], ignore_index=True)
+    t = t[t["in_loss"]]
+    r, a = t["ratio"], t["advantage"]
+    mass = (r * a).abs()
+    band = ((a < 0) & r.between(*NEG_BAND)) | ((a > 0) & r.between(*POS_BAND))
+
+    def ev(key: str, i: int) -> float:
+        vals = [e[key] for e in evals if key in e]
+        return vals[i] if vals else float("nan")
+
+    return {"pilot": run_dir.parent.name, "lr": cfg["train"]["lr"],
+            "staleness": cfg["train"]["staleness"], "steps": len(steps),
+            "responses": cfg["train"]["prompts_per_step"] * cfg["train"]["group_size"],
+            "s_rollout": np.mean([s["time_rollout_s"] for s in steps]),
+            "s_behaviour": np.mean([s["time_behavior_s"] for s in steps]),
+            "s_update": np.mean([u["time_update_s"] for u in updates]),
+            "s_step": np.mean([s["time_step_s"] for s in steps]),
+            "clip": float(t["clip_state"].isin(["clip_low", "clip_high", "dual"]).mean()),
+            "outside": float(((r < PPO_BOUNDS[0]) | (r > PPO_BOUNDS[1])).mean()),
+            "band_mass": float(mass[band].sum() / mass.sum()),
+            "abs_log_r": float(np.abs(np.log(r[t["update"] > 0])).mean()),
+            "tail": float((np.exp(t["logp_behavior"]) < TAIL_P).mean()),  # each token once
+            "reward": np.mean([s["reward_mean"] for s in steps]),
+            "length": np.mean([s.get("response_length_mean", np.nan) for s in steps]),
+            "sampled_0": ev("sampled_accuracy", 0), "sampled_end": ev("sampled_accuracy", -1),
+            "greedy_0": ev("greedy_accuracy", 0), "greedy_end": ev("greedy_accuracy", -1),
+            "per_update_clip": " ".join(f"{v:.4f}" for v in per_update["clip_frac"]),
+            "per_update_band": " ".join(f"{v:.3f}" for v in per_update["band_mass"])}
+
+
+def write_summary(rows: pd.DataFrame) -> str:
+    rows = rows.sort_values("pilot").reset_index(drop=True)
+    base = rows.loc[rows["pilot"] == "P04_smol_4x_base", "s_step"]
+    rows["step_vs_P04"] = rows["s_step"] / float(base.iloc[0]) if len(base) else np.nan
+    rows.to_csv(CSV, index=False, float_format="%.5g")
+    head = ["pilot", "lr", "staleness", "steps", "responses", *FMT]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, row in rows.iterrows():
+        cells = [str(row[h]) if h not in FMT else ("-" if pd.isna(row[h]) else f"{row[h]:.{FMT[h]}f}")
+                 for h in head]
+        lines.append("| " + " | ".join(cells) + " |")
+    table = "\n".join(lines)
+    if MD.is_file() and TABLE_START in MD.read_text():
+        text = MD.read_text()
+        before, rest = text.split(TABLE_START, 1)
+        after = rest.split(TABLE_END, 1)[1]
+        MD.write_text(f"{before}{TABLE_START}\n{table}\n{TABLE_END}{after}")
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -127,9 +204,17 @@ def main() -> None:
     p.add_argument("overrides", nargs="*")
     u = sub.add_parser("updates")
     u.add_argument("runs", nargs="+", type=Path)
+    m = sub.add_parser("summary")
+    m.add_argument("runs", nargs="+", type=Path)
     args = parser.parse_args()
     if args.what == "pass":
         print(json.dumps(measure_pass(args.overrides, args.samples, args.group), indent=1))
+        return
+    if args.what == "summary":
+        new = pd.DataFrame([summary_row(p) for p in args.runs])
+        old = pd.read_csv(CSV) if CSV.is_file() else new.iloc[:0]
+        keep = old[~old["pilot"].isin(new["pilot"])]
+        print(write_summary(pd.concat([keep, new], ignore_index=True)))
         return
     for run_dir in args.runs:
         if not (run_dir / "metrics.jsonl").is_file():
