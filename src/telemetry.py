@@ -151,7 +151,7 @@ def accuracy_lines(evals: list[dict], samples: int | None) -> list[str]:
         key = f"{name}_accuracy"
         lines.append(f"    {name:<8} start {fmt(first.get(key))}  end {fmt(last.get(key))}  "
                      f"change {change(key)}")
-    lines.append("  one seed of a 3M-parameter model: seeds differ more than methods often do, so "
+    lines.append("  one seed: seeds differ more than methods often do, so "
                  "compare methods over seeds, paired by seed (docs/statistics.md)")
     return lines
 
