@@ -47,12 +47,24 @@ def build_model(model_cfg: ModelConfig, task, device: torch.device, progress: bo
                                             numerics=numerics)
     else:
         from src.models.hf import load_hf_model
+        from src.models.packaged import resolve_model_path
 
-        model, tokenizer = load_hf_model(model_cfg.path, dtype=model_cfg.dtype, device=str(device),
+        model, tokenizer = load_hf_model(resolve_model_path(model_cfg.path), dtype=model_cfg.dtype,
+                                         device=str(device),
                                          gradient_checkpointing=model_cfg.gradient_checkpointing,
-                                         trust_remote_code=model_cfg.trust_remote_code)
+                                         trust_remote_code=model_cfg.trust_remote_code,
+                                         gguf_file=model_cfg.gguf_file, progress=progress)
         info = {"path": model_cfg.path, "next_train_index": 0}
+        if model_cfg.gguf_file is not None:
+            info["gguf_file"] = model_cfg.gguf_file
     model.to(device)
+    m = model_cfg
+    if m.freeze_embeddings or m.freeze_layers or m.lora_r:
+        from src.models.trainable import apply_trainable
+
+        info["parameters"] = apply_trainable(
+            model, freeze_embeddings=m.freeze_embeddings, freeze_layers=m.freeze_layers,
+            lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_targets=m.lora_targets)
     autocast_forward(model, model_cfg.autocast)
     model.train()
     return model, tokenizer, info
@@ -88,11 +100,14 @@ def build_backend(rollout: RolloutConfig, model, tokenizer, *, model_path: str |
 def build_optimizer(train: TrainConfig, model):
     """The optimizer and learning-rate schedule of the config's `train` section."""
     t = train
+    # Only the weights that train (model.freeze_*, model.lora_r): frozen ones hold no
+    # optimizer state. With nothing frozen this is every parameter, in the same order.
+    params = [p for p in model.parameters() if p.requires_grad]
     if t.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.betas[0],
+        optimizer = torch.optim.SGD(params, lr=t.lr, momentum=t.betas[0],
                                     weight_decay=t.weight_decay)
     else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=tuple(t.betas),
+        optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas),
                                       weight_decay=t.weight_decay)
     warmup = max(t.warmup_steps * updates_per_rollout(t), 0)  # warmup_steps counts rollouts
     scheduler = torch.optim.lr_scheduler.LambdaLR(

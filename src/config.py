@@ -101,7 +101,12 @@ class ModelConfig:
     name: str = setting("tiny", "label of the model")
     kind: str = setting("tiny", "tiny (built and warm-started here) | hf (any HF causal LM)",
                         one_of(("tiny", "hf"), "tiny or hf"))
-    path: str | None = setting(None, "hf: hub name or local path")
+    path: str | None = setting(None, "hf: hub name or local path; package:<module>: the install "
+                               "dir of a Python package that ships the files (src/models/packaged.py)")
+    gguf_file: str | None = setting(None, "hf: a GGUF file in model.path, dequantized to model.dtype "
+                                    "on load (needs the gguf package)")
+    install: str | None = setting(None, "hf: the command that installs what model.path and "
+                                  "model.gguf_file need; a config error shows it when they are missing")
     dtype: str = setting("float32", "weights' dtype", one_of(MODEL_DTYPES, _said(MODEL_DTYPES)))
     autocast: str | None = setting(None, "bfloat16: bf16 matmuls, weights stay in `dtype` "
                                    "(src/models/precision.py)", one_of((None, "bfloat16"), "null or bfloat16"))
@@ -111,6 +116,17 @@ class ModelConfig:
     architecture: dict[str, Any] = setting({}, "tiny: overrides of the architecture defaults")
     sft: dict[str, Any] = setting({}, "tiny: warm-start SFT overrides")
     warm_start_seed: int = setting(0, "one base model shared by every RL seed, as in the paper")
+    # Cost levers for a pretrained model (docs/pretrained.md): each trains fewer weights, so
+    # each is another testbed, not a speedup of this one, unless its regime is measured equal.
+    freeze_embeddings: bool = setting(False, "true: the input embeddings get no gradient (a tied "
+                                      "LM head with them)")
+    freeze_layers: int = setting(0, "the lowest N decoder layers get no gradient", at_least(0))
+    lora_r: int = setting(0, "LoRA rank through peft (0: off, train the weights themselves); the "
+                          "base weights are then frozen", at_least(0))
+    lora_alpha: float = setting(16.0, "LoRA scale numerator (the update is alpha / r * B A)",
+                                finite_above(0))
+    lora_targets: list[str] = setting(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                       "up_proj", "down_proj"], "LoRA: the module names it adapts")
 
 
 @dataclass
@@ -399,9 +415,11 @@ def _check_rest(c: Config) -> None:
     if c.model.kind == "hf":
         path = c.model.path
         _require(bool(path), "model.path", "must name an HF model (hub name or local path) for model.kind=hf")
+        _check_packaged(c.model)
         looks_local = path.startswith((".", "/", "~")) or Path(path).expanduser().exists()
         _require(not looks_local or Path(path).expanduser().exists(), "model.path",
                  f"points to {path!r}, which does not exist")
+    _check_trainable(c.model)
     if c.model.kind == "tiny":
         from src.warm_start import settings_problem
 
@@ -416,6 +434,48 @@ def _check_rest(c: Config) -> None:
              f"must be one of {list(REWARD_SOURCES)}, got {c.task.reward!r}")
     if c.model.kind == "tiny":
         _check_tiny_sizes(c)
+
+
+def _check_packaged(m: ModelConfig) -> None:
+    """A `package:` path's package and a GGUF file's reader are installed, and the file is
+    there; each missing piece names `model.install`, the line that installs it."""
+    from src.models.packaged import PACKAGE_PREFIX, has_module, is_packaged, package_dir
+
+    how = f"; install it with: {m.install}" if m.install else ""
+    where = m.path
+    if is_packaged(m.path):
+        module = m.path[len(PACKAGE_PREFIX):]
+        found = package_dir(module)
+        if found is None:
+            raise ConfigError(f"model.path={m.path}: the Python package {module!r} is not "
+                              f"installed{how}")
+        where = str(found)
+    if m.gguf_file is None:
+        return
+    if not has_module("gguf"):
+        raise ConfigError(f"model.gguf_file={m.gguf_file} needs the gguf package, which is not "
+                          f"installed{how or '; install it with: pip install gguf'}")
+    if Path(where).expanduser().is_dir() and not (Path(where).expanduser() / m.gguf_file).is_file():
+        raise ConfigError(f"model.gguf_file={m.gguf_file}: no such file in {where}")
+
+
+def _check_trainable(m: ModelConfig) -> None:
+    """What the cost levers need: peft for LoRA, and layers to freeze that the model has
+    (the tiny family's count is known here; an HF model's is checked when it loads)."""
+    if m.lora_r:
+        from src.models.packaged import has_module
+
+        if not has_module("peft"):
+            raise ConfigError(f"model.lora_r={m.lora_r} needs the peft package, which is not "
+                              "installed; install it with: pip install peft")
+        _require(bool(m.lora_targets), "model.lora_targets", "must name at least one module for "
+                 f"model.lora_r={m.lora_r}")
+    if m.kind == "tiny" and m.freeze_layers:
+        from src.models.warm_start import resolve_configs
+
+        layers = int(resolve_configs(m.architecture, m.sft)[0]["num_layers"])
+        _require(m.freeze_layers <= layers, "model.freeze_layers",
+                 f"must be <= the model's {layers} layers, got {m.freeze_layers}")
 
 
 def _check_tiny_sizes(c: Config) -> None:

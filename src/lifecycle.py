@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from src.config_fields import ConfigError
 from src.run_dir import config_differences, mismatch_message, stored_config
+from src.run_vocab import upgrade_config
 
 if TYPE_CHECKING:
     from src.config import Config
@@ -119,7 +120,9 @@ def check_existing_run(cfg: Config, run_dir: Path) -> None:
         raise ConfigError(f"hydra.run.dir: {run_dir} holds run data but no readable config.yaml, "
                           "so it cannot be checked; give this run another dir or pass "
                           "overwrite=true to move the old one aside")
-    differences = config_differences(stored, to_container(cfg))
+    # Today's config through the same upgrade as the stored one: an HF model's empty
+    # `model.sft` gets the keys added since on both sides, or no HF run could resume.
+    differences = config_differences(stored, upgrade_config(to_container(cfg)))
     if differences:
         raise ConfigError(mismatch_message(run_dir, differences))
     finished = (read_status(run_dir) or {}).get("status") == "finished"
@@ -256,7 +259,7 @@ def accuracy_lines(evals: list[dict], samples: int | None) -> list[str]:
         key = f"{name}_accuracy"
         lines.append(f"    {name:<8} start {fmt(first.get(key))}  end {fmt(last.get(key))}  "
                      f"change {change(key)}")
-    lines.append("  one seed of a 3M-parameter model: seeds differ more than methods often do, so "
+    lines.append("  one seed: seeds differ more than methods often do, so "
                  "compare methods over seeds, paired by seed (docs/statistics.md)")
     return lines
 

@@ -86,6 +86,7 @@ NON_NUMERIC_KEYS = (
     "overwrite",
     "cache_dir",
     "experiment.description",
+    "model.install",  # the install hint a config error shows
     "logger.backend",
     "logger.project",
     "logger.mode",
@@ -110,8 +111,12 @@ ADDED_SECTIONS = {
     # only temperature runs could use before), no correction.
     "rollout": {"precision": "fp32"},
     "eval": {"temperature": 1.0},
-    # the warm start's SFT without label smoothing (every shipped build)
-    "model": {"sft": {"label_smoothing": 0.0}},
+    # the warm start's SFT without label smoothing (every shipped build); the pretrained
+    # model's keys (no GGUF file, every weight trained)
+    "model": {"sft": {"label_smoothing": 0.0}, "gguf_file": None, "install": None,
+              "freeze_embeddings": False, "freeze_layers": 0, "lora_r": 0, "lora_alpha": 16.0,
+              "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                               "down_proj"]},
     "correction": {"name": "none", "rollout_is": None, "rollout_is_threshold": 2.0,
                    "rollout_is_batch_normalize": False, "rollout_rs": None,
                    "rollout_rs_threshold": None, "bypass_mode": False},

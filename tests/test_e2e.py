@@ -159,7 +159,7 @@ def test_cli_runs_and_skips_finished(tmp_path, smoke_overrides):
         "  held-out accuracy, 8 problems, 4 samples per problem: step 0 -> step 1",
         row("greedy"),
         row("sampled"),
-        "  one seed of a 3M-parameter model: seeds differ more than methods often do, so "
+        "  one seed: seeds differ more than methods often do, so "
         "compare methods over seeds, paired by seed (docs/statistics.md)",
         f"  final reward: {step['reward_mean']:.3f} (mean reward_mean of the last 1 steps)",
         f"  training wall time: {wall:.1f} s",

@@ -72,6 +72,9 @@ def main() -> None:
     todo = [c for c in cells(pilots, list(pilots) if args.all else args.pilots)
             if not exported(*c).exists()]
     for name, seed in todo:
+        if "overrides" not in pilots[name]:  # a measurement, not a training run
+            print(f"{name}: not a training run; run `python {pilots[name]['script']}`")
+            continue
         rc = run_cell(common, pilots[name], name, seed)
         if rc != 0:
             print(f"pilot {name} seed {seed} exited {rc}", file=sys.stderr)

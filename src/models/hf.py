@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from pathlib import Path
 
 import torch
@@ -29,6 +31,33 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
     return getattr(torch, name)
 
 
+@contextlib.contextmanager
+def _bars(show: bool):
+    """transformers' progress bars on (as they are) or off, restored after."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    if show:
+        yield
+        return
+    hf_logging.disable_progress_bar()
+    # The GGUF conversion's bar is tqdm's own, outside transformers' switch.
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        gguf_utils = None
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is not None:
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        if bar is not None:
+            gguf_utils.tqdm = bar
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def _looks_local(name_or_path: str) -> bool:
     # A hub id is "name" or "org/name"; anything else path-shaped is meant as a local path.
     return (
@@ -47,11 +76,14 @@ def load_hf_model(
     gradient_checkpointing: bool = False,
     trust_remote_code: bool = False,
     gguf_file: str | None = None,
+    progress: bool = True,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) from a hub id or a local `save_pretrained` directory.
 
     The tokenizer pads on the left (for generation) and falls back to EOS as its pad token.
-    `gguf_file` loads a GGUF checkpoint (dequantized; needs the `gguf` package).
+    `gguf_file` loads a GGUF checkpoint in `name_or_path` (dequantized to `dtype`; needs the
+    `gguf` package); transformers reads it in place and writes no converted copy anywhere.
+    `progress`: transformers' own bars (the GGUF conversion's, the weights') or none.
     """
     name = str(name_or_path)
     torch_dtype = parse_dtype(dtype)
@@ -70,8 +102,9 @@ def load_hf_model(
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **kwargs)
+        with _bars(progress):
+            tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **kwargs)
     except OSError as e:
         raise OSError(
             f"could not load model {name!r} (not a local directory, and not found on the "
