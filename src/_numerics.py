@@ -115,6 +115,33 @@ def cpu_model_and_flags() -> tuple[str, list[str]]:
     return model, [f for f in SIMD_FLAGS if f in flags]
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor id (GenuineIntel, AuthenticAMD, ...) from /proc/cpuinfo, else ''."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id":
+                    return value.strip()
+    except OSError:
+        pass
+    return ""
+
+
+def numerics_family(fp: dict) -> str:
+    """The machines whose portable-mode runs are measured to round alike, from a fingerprint:
+    the CPU vendor, ATen's ISA and the MKL branch in effect. MKL honours a named
+    reproducibility branch (MKL_CBWR=AVX2) on Intel CPUs only and runs its AUTO branch on
+    others (oneMKL developer guide, "Getting Started with Conditional Numerical
+    Reproducibility"), so an AMD EPYC and an Intel Xeon pinned alike differ in the last bits
+    (docs/numerics.md). Fingerprints recorded before the vendor was read name it in the model."""
+    vendor = fp.get("cpu_vendor") or next(
+        (v for k, v in (("AMD", "AuthenticAMD"), ("Intel", "GenuineIntel"))
+         if k in str(fp.get("cpu_model", ""))), "unknown")
+    branch = fp.get("mkl_branch") if vendor == "GenuineIntel" else "AUTO"
+    return f"{vendor}/{fp.get('isa')}/MKL {branch}"
+
+
 def library_versions() -> dict[str, str | None]:
     """MKL's and oneDNN's versions as torch reports its build."""
     import re
@@ -147,5 +174,6 @@ def fingerprint(threads: int | None = None) -> dict:
         **library_versions(),
         "machine": platform.machine(),
         "cpu_model": model,
+        "cpu_vendor": cpu_vendor(),
         "cpu_flags": flags,
     }

@@ -471,9 +471,9 @@ def _check_trainable(m: ModelConfig) -> None:
         _require(bool(m.lora_targets), "model.lora_targets", "must name at least one module for "
                  f"model.lora_r={m.lora_r}")
     if m.kind == "tiny" and m.freeze_layers:
-        from src.models.warm_start import resolve_configs
+        from src.warm_start import tiny_layers
 
-        layers = int(resolve_configs(m.architecture, m.sft)[0]["num_layers"])
+        layers = tiny_layers(m.architecture)
         _require(m.freeze_layers <= layers, "model.freeze_layers",
                  f"must be <= the model's {layers} layers, got {m.freeze_layers}")
 

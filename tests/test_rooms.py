@@ -65,5 +65,5 @@ def test_generation_imports_nothing_private_and_nothing_of_the_trainer():
 
 def test_the_config_asks_the_warm_start_only_its_small_interface():
     imported = [(m, n) for m, n in _imported_names(SRC / "config.py") if m.startswith("src.warm_start")]
-    assert imported and all(m == "src.warm_start" and n in ("settings_problem", "tiny_shape")
+    assert imported and all(m == "src.warm_start" and n in ("settings_problem", "tiny_shape", "tiny_layers")
                             for m, n in imported)

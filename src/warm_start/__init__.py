@@ -49,12 +49,13 @@ from src.warm_start.settings import (
     DEFAULT_SFT_CFG,
     resolve_configs,
     settings_problem,
+    tiny_layers,
     tiny_shape,
 )
 
 __all__ = [
     "BUILD_THREADS", "DEFAULT_MODEL_CFG", "DEFAULT_SFT_CFG", "MEASURED_DEFAULT_BUILD",
     "SHIPPED_DIR", "WARM_START_VERSION", "build", "build_notice", "cache_key",
-    "resolve_configs", "set_aside", "settings_problem", "tiny_shape", "warm_start",
+    "resolve_configs", "set_aside", "settings_problem", "tiny_layers", "tiny_shape", "warm_start",
     "weights_digest",
 ]

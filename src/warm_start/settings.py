@@ -78,6 +78,12 @@ def settings_problem(architecture: dict[str, Any] | None, sft: dict[str, Any] | 
     return None
 
 
+def tiny_layers(architecture: dict[str, Any] | None) -> int:
+    """The layer count of the tiny model `architecture` asks for, defaults filled in (the
+    config checks model.freeze_layers against it)."""
+    return int(resolve_configs(architecture, None)[0]["num_layers"])
+
+
 def tiny_shape(architecture: dict[str, Any] | None) -> tuple[int, int, int]:
     """(hidden size, heads, positions) of the tiny model `architecture` asks for, defaults
     filled in (the config checks that the heads divide the width and that a prompt and the
