@@ -50,6 +50,20 @@ def compose(overrides: list[str]):
         return validate(hydra_compose(config_name="config", overrides=overrides))
 
 
+def token_rows(run_dir: Path) -> dict[str, list[dict]]:
+    """Each token file of a run dir as rows, NaN read as None: `is_weight` is NaN on every
+    row of a run without a correction, and NaN != NaN would make two identical runs differ."""
+    import math
+
+    import pyarrow.parquet as pq
+
+    def clean(row: dict) -> dict:
+        return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+
+    return {p.name: [clean(r) for r in pq.read_table(p).to_pylist()]
+            for p in sorted((Path(run_dir) / "tokens").glob("*.parquet"))}
+
+
 def config_error(capsys, call) -> str:
     """`call()` must exit as an entry script does on bad input (src/config_fields.py's config_exit):
     code 2, and stderr's last line the one `config error: ...` line; that line's message."""

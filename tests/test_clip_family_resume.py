@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import math
 
-import pyarrow.parquet as pq
 import pytest
 
 import src.trainer as trainer_module
 from src.run import execute
-from tests.conftest import compose
+from tests.conftest import compose, token_rows
 from tests.test_e2e import read_metrics
 from tests.test_reliability import _strip_times
 
@@ -20,16 +19,6 @@ FAMILY = ("sapo", "dppo_tv", "dppo_kl", "gppo", "dcpo", "aspo")  # ce_gppo is gp
 
 class Crash(Exception):
     """Stands in for the process dying right after a checkpoint."""
-
-
-def _tokens(run_dir):
-    """The token rows per part; NaN (the bounds of a method without scalar bounds) as None,
-    so that equal rows compare equal."""
-    def plain(row):
-        return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
-
-    return {p.name: [plain(r) for r in pq.read_table(p).to_pylist()]
-            for p in sorted((run_dir / "tokens").glob("*.parquet"))}
 
 
 @pytest.mark.slow
@@ -57,7 +46,7 @@ def test_crash_after_a_checkpoint_then_resume_matches(tmp_path, smoke_overrides,
     assert [r["step"] for r in b["step"]] == [0, 1, 2]
     for kind in ("update", "step", "eval"):
         assert _strip_times(a[kind]) == _strip_times(b[kind]), kind
-    assert _tokens(reference) == _tokens(crashed)
+    assert token_rows(reference) == token_rows(crashed)
     # the method's own record keys are written, and never as NaN
     for record in a["update"]:
         assert all(not (isinstance(v, float) and math.isnan(v)) for v in record.values())

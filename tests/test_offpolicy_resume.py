@@ -6,17 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pyarrow.parquet as pq
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import REPO, token_rows
 from tests.test_e2e import read_metrics
 from tests.test_reliability import _cli, _strip_times, kill_after_checkpoint
-
-
-def _tokens(run_dir):
-    return {p.name: pq.read_table(p).to_pylist() for p in sorted((run_dir / "tokens").glob("*.parquet"))}
 
 
 @pytest.mark.slow
@@ -49,5 +44,5 @@ def test_sigkill_with_data_in_flight_then_resume_matches(tmp_path, smoke_overrid
     a, b = read_metrics(reference), read_metrics(crashed)
     for kind in ("update", "step", "eval"):
         assert _strip_times(a[kind]) == _strip_times(b[kind]), kind
-    assert _tokens(reference) == _tokens(crashed)
+    assert token_rows(reference) == token_rows(crashed)
     assert json.loads((crashed / "status.json").read_text())["status"] == "finished"

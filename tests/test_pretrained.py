@@ -154,7 +154,7 @@ def test_freezing_the_embeddings_freezes_the_tied_head_and_leaves_the_rest():
     assert model.lm_head.weight is model.model.embed_tokens.weight  # tied: one tensor
     assert all(v for n, v in grads.items() if n != "model.embed_tokens.weight")
     assert counts["total"] - counts["trainable"] == 300 * 64
-    optimizer, _ = build_optimizer(compose(["train.optimizer=adamw"]), model)
+    optimizer, _ = build_optimizer(compose(["train.optimizer=adamw"]).train, model)
     assert all(p.requires_grad for p in optimizer.param_groups[0]["params"])
 
 
@@ -181,7 +181,7 @@ def test_lora_starts_at_the_base_model_and_trains_only_its_adapters():
     assert type(model).__name__ == "LlamaForCausalLM"  # injected in place, class kept
     with torch.no_grad():
         assert torch.equal(model(ids).logits, before)  # B starts at zero
-    optimizer, _ = build_optimizer(compose(["train.optimizer=adamw", "train.lr=1e-2"]), model)
+    optimizer, _ = build_optimizer(compose(["train.optimizer=adamw", "train.lr=1e-2"]).train, model)
     for _ in range(2):
         model(ids).logits.logsumexp(-1).mean().backward()
         optimizer.step()

@@ -15,7 +15,7 @@ import torch
 from src.gradient_step import NO_LOSS_TOKENS
 from src.minibatches import MiniBatch
 from src.trainer import Trainer
-from tests.conftest import REPO, compose
+from tests.conftest import REPO, compose, token_rows
 from tests.test_e2e import read_metrics
 from tests.test_reliability import _cli, _strip_times, kill_after_checkpoint
 from tests.tiny_policy import B, tiny_model, tiny_rollout
@@ -29,10 +29,6 @@ DIAGNOSTICS = ("rollout_corr_kl", "rollout_corr_k3_kl", "rollout_corr_training_p
                "rollout_corr_rollout_is_std", "rollout_corr_rollout_is_min",
                "rollout_corr_rollout_is_max", "rollout_corr_rollout_is_eff_sample_size",
                "rollout_corr_rollout_is_ratio_fraction_high", "rollout_corr_rollout_rs_masked_fraction")
-
-
-def _tokens(run_dir):
-    return {p.name: pq.read_table(p).to_pylist() for p in sorted((run_dir / "tokens").glob("*.parquet"))}
 
 
 @pytest.mark.slow
@@ -62,7 +58,7 @@ def test_mismatch_run_logs_its_diagnostics_and_resumes_identically(tmp_path, smo
     again = read_metrics(crashed)
     for kind in ("update", "step", "eval"):
         assert _strip_times(metrics[kind]) == _strip_times(again[kind]), kind
-    assert _tokens(reference) == _tokens(crashed)
+    assert token_rows(reference) == token_rows(crashed)
     assert json.loads((crashed / "status.json").read_text())["status"] == "finished"
 
 
