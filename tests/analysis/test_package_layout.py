@@ -14,8 +14,10 @@ from analysis.reports import lag
 ANALYSIS = Path(__file__).resolve().parents[2] / "analysis"
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 60
 # one script per report family; the mismatch grid's report compares sampler settings, which
-# neither the paper's suites nor the lags have
-SCRIPTS = {"__init__.py", "make_figures.py", "lag_report.py", "token_view.py", "mismatch_report.py"}
+# neither the paper's suites nor the lags have; the clip family's pairs two experiments'
+# sweeps with the committed references of both
+SCRIPTS = {"__init__.py", "make_figures.py", "lag_report.py", "token_view.py", "mismatch_report.py",
+           "clip_family_report.py"}
 PACKAGES = {"core", "claims", "figures", "reports"}
 
 

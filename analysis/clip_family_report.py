@@ -1,0 +1,56 @@
+"""The clip_family sweep's report: does any 2025-26 clip rule beat bapo or ppo?
+
+    python analysis/clip_family_report.py --runs experiments/clip_family \
+        experiments/testbed_grid experiments/testbed_lags --out figures/clip_family
+
+Reads the finished runs of sapo, dppo_tv, gppo, ce_gppo, dcpo, aspo, sapo at token-mean
+(labelled `sapo (token-mean)`) and the reference methods ppo, clip_higher and bapo at the
+sweep's experiments (ramble_4x, ramble_delay_4), nothing else under the roots, and writes
+<out>/{REPORT.md, claims.csv, accuracy.csv, regime.csv, fig_clip_family_forest.png}: the
+claim rows of analysis/claims/clip_family.py (declared in experiments/sweeps.yaml before the
+runs) judged paired by seed with Holm's correction over all 26, final accuracy by method and
+experiment (greedy, the declared primary metric, then sampled), each rule's regime (clip or
+mask share by advantage sign, the new clip states, the positive share of the gradient
+against bapo's rho0, the entropy drift) and the paired-difference forest.
+
+Exit code 0 when the report is written; 2 with one `config error:` line for bad input: a
+--runs folder that does not exist, or no finished run of the clip family under the roots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # `python analysis/clip_family_report.py` puts only analysis/ there
+    sys.path.insert(0, str(REPO))
+
+from analysis.figures.contract import SkipFigure  # noqa: E402
+from analysis.reports.clip_family import write_report  # noqa: E402
+from src.config_fields import config_exit  # noqa: E402
+
+TITLE = "The 2025-26 clip family on the ramble testbed at 4x and at lag 16-19, beside ppo and bapo"
+ROOTS = ("experiments/clip_family", "experiments/testbed_grid", "experiments/testbed_lags")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", nargs="+", type=Path, default=[REPO / r for r in ROOTS])
+    parser.add_argument("--out", type=Path, default=REPO / "figures/clip_family")
+    parser.add_argument("--title", default=TITLE)
+    args = parser.parse_args(argv)
+    missing = [str(p) for p in args.runs if not p.is_dir()]
+    if missing:
+        config_exit(f"--runs: no such folder {', '.join(missing)}")
+    try:
+        claims = write_report(list(args.runs), args.out, args.title)
+    except SkipFigure as e:
+        config_exit(f"--runs: {e}")
+    print(f"wrote {args.out / 'REPORT.md'} ({len(claims)} claims)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
