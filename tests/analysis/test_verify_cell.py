@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -224,3 +226,30 @@ def test_a_rerun_that_differs_only_in_the_samplers_log_probs_is_named_so(tmp_pat
     pq.write_table(table.set_column(table.schema.get_field_index("logp_behavior"), "logp_behavior",
                                     moved), part)
     assert verify.check_one(run.path, rerun, "cell") == verify.EXIT_OUTSIDE  # one seed: no interval
+
+
+def _with_column(path: Path, name: str, values: list[float]) -> None:
+    table = pq.read_table(path)
+    column = pa.array(values, type=pa.float32())
+    if name in table.column_names:
+        table = table.set_column(table.schema.get_field_index(name), name, column)
+    else:
+        table = table.append_column(name, column)
+    pq.write_table(table, path)
+
+
+def test_nan_equals_nan_in_a_token_column_and_nothing_else_does(tmp_path, write_run):
+    # is_weight is NaN on every row of a run without a correction: a rerun must still pass
+    run = write_run(tmp_path / "runs", "ppo", 4, 0, steps=2, tokens_per_step=64)
+    rerun = tmp_path / "rerun"
+    shutil.copytree(run.path, rerun)
+    for a, b in zip(sorted((run.path / "tokens").glob("*.parquet")),
+                    sorted((rerun / "tokens").glob("*.parquet")), strict=True):
+        n = pq.read_metadata(a).num_rows
+        _with_column(a, "is_weight", [math.nan] * n)
+        _with_column(b, "is_weight", [math.nan] * n)
+    assert verify.compare_tokens(run.path, rerun) == []
+    part = sorted((rerun / "tokens").glob("*.parquet"))[0]
+    n = pq.read_metadata(part).num_rows
+    _with_column(part, "is_weight", [1.0] + [math.nan] * (n - 1))  # a number where NaN was
+    assert verify.compare_tokens(run.path, rerun) == ["tokens: column is_weight differs"]
