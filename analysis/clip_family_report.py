@@ -19,7 +19,6 @@ Exit code 0 when the report is written; 2 with one `config error:` line for bad 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -27,29 +26,17 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # `python analysis/clip_family_report.py` puts only analysis/ there
     sys.path.insert(0, str(REPO))
 
-from analysis.figures.contract import SkipFigure  # noqa: E402
 from analysis.reports.clip_family import write_report  # noqa: E402
-from src.config_fields import config_exit  # noqa: E402
+from analysis.reports.sweep_cli import run_report_cli  # noqa: E402
 
 TITLE = "The 2025-26 clip family on the ramble testbed at 4x and at lag 16-19, beside ppo and bapo"
 ROOTS = ("experiments/clip_family", "experiments/testbed_grid", "experiments/testbed_lags")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", nargs="+", type=Path, default=[REPO / r for r in ROOTS])
-    parser.add_argument("--out", type=Path, default=REPO / "figures/clip_family")
-    parser.add_argument("--title", default=TITLE)
-    args = parser.parse_args(argv)
-    missing = [str(p) for p in args.runs if not p.is_dir()]
-    if missing:
-        config_exit(f"--runs: no such folder {', '.join(missing)}")
-    try:
-        claims = write_report(list(args.runs), args.out, args.title)
-    except SkipFigure as e:
-        config_exit(f"--runs: {e}")
-    print(f"wrote {args.out / 'REPORT.md'} ({len(claims)} claims)")
-    return 0
+    return run_report_cli(argv, description=__doc__.split("\n\n")[0], write_report=write_report,
+                          runs=[REPO / r for r in ROOTS],
+                          out=REPO / "figures/clip_family", title=TITLE)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.claims.paper import Suite, judge_row
+from analysis.claims.paper import Suite, judge_declared_rows
 from analysis.claims.schema import DOWN, Cell, Direction, Row, Side
 
 CONTROL_SWEEP = "testbed_batch_control"
@@ -56,10 +56,4 @@ def batch_claims(summary: pd.DataFrame) -> pd.DataFrame:
     if not summary["experiment"].isin({EQUAL_UPDATES, EQUAL_SIZE, CONTROL}).any():
         return pd.DataFrame()
     suite = Suite(summary)
-    claims = []
-    for row in ROWS:
-        c = judge_row(suite, row)
-        if c.verdict == "no data":
-            c.note = row.missing
-        claims.append(c.__dict__)
-    return pd.DataFrame(claims)
+    return pd.DataFrame([c.__dict__ for c in judge_declared_rows(suite, ROWS)])

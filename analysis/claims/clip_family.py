@@ -20,7 +20,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.claims import verdicts
-from analysis.claims.paper import Suite, judge_row
+from analysis.claims.paper import Suite, judge_declared_rows
 from analysis.claims.schema import UP, Cell, Direction, Row, Side
 from analysis.core.runs import Run
 
@@ -92,12 +92,7 @@ def clip_family_claims(summary: pd.DataFrame) -> pd.DataFrame:
     `method_label`, with Holm's correction over all of them, each led by its row's key
     (what the figure and a CSV reader find it by); `no data` rows say which sweep makes them."""
     suite = Suite(summary)
-    claims = []
-    for row in ROWS:
-        c = judge_row(suite, row)
-        if c.verdict == "no data":
-            c.note = row.missing
-        claims.append(c)
+    claims = judge_declared_rows(suite, ROWS)
     table = verdicts.table(claims)
     table.insert(0, "key", [row.key for row in ROWS])
     return table

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.claims import verdicts
-from analysis.claims.paper import Suite, judge_row
+from analysis.claims.paper import Suite, judge_declared_rows
 from analysis.claims.schema import DOWN, UP, Cell, Direction, Row, Side
 
 SWEEP = "mismatch_grid"
@@ -60,10 +60,5 @@ def mismatch_claims(summary: pd.DataFrame) -> pd.DataFrame:
     """The rows judged over a run summary whose `experiment` column holds each run's
     setting, with Holm's correction over them; `no data` rows say which sweep makes them."""
     suite = Suite(summary)
-    claims = []
-    for row in ROWS:
-        c = judge_row(suite, row)
-        if c.verdict == "no data":
-            c.note = row.missing
-        claims.append(c)
+    claims = judge_declared_rows(suite, ROWS)
     return verdicts.table(claims)

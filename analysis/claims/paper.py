@@ -171,6 +171,18 @@ def judge_row(suite: Suite, row: Row) -> Claim:
     return verdicts.constructed(c, row, suite.conditions, suite.measure_text(row))
 
 
+def judge_declared_rows(suite: Suite, rows: tuple[Row, ...]) -> list[Claim]:
+    """Each row judged; a row with no runs here says, in its note, which sweep makes them
+    (`Row.missing`): the claim tables of one sweep each (mismatch, clip family, batch)."""
+    claims = []
+    for row in rows:
+        c = judge_row(suite, row)
+        if c.verdict == "no data":
+            c.note = row.missing
+        claims.append(c)
+    return claims
+
+
 def claims_table(s: pd.DataFrame, rows: tuple[Row, ...] = ROWS,
                  runs: RunSet | None = None) -> pd.DataFrame:
     """Each paper claim with the paper's number, ours, and a verdict, for the run summary
