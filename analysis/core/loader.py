@@ -19,6 +19,7 @@ import pandas as pd
 from analysis.core.cells import Grouping, cell_key
 from analysis.core.run_dirs import discover, identity, read_config, read_json, read_jsonl
 from analysis.core.runs import RUN_COLS, Run, RunSet, read_tokens, registry_traits
+from src._numerics import numerics_family
 
 __all__ = ["RUN_COLS", "Run", "RunSet", "load_runs", "read_jsonl", "read_tokens", "registry_traits"]
 
@@ -111,6 +112,7 @@ def _load_one(root: Path, path: Path) -> tuple[Run, dict[str, pd.DataFrame]] | s
         token_parts=parts,
         notes=notes,
         token_sample_fraction=(meta.get("export") or {}).get("response_fraction"),
+        numerics_family=numerics_family(meta["numerics"]) if meta.get("numerics") else "unrecorded",
         **ident,
     )
     frames = {
@@ -199,11 +201,12 @@ def _drop_partial_configs(runs: list[Run]) -> tuple[list[Run], list[tuple[str, s
 
 def _dedupe(runs: list[Run]) -> tuple[list[Run], list[tuple[str, str]]]:
     # The same run reached through two roots (runs/ and a committed copy) must count once:
-    # the same cell (every numeric config key) and seed.
-    best: dict[tuple[str, int], Run] = {}
+    # the same cell (every numeric config key), seed and CPU family (another family's run
+    # of the same cell has other numbers: it is a run of its own).
+    best: dict[tuple[str, int, str], Run] = {}
     skipped = []
     for r in runs:
-        key = (r.cell, r.seed)
+        key = (r.cell, r.seed, r.numerics_family)
         old = best.get(key)
         if old is None:
             best[key] = r
@@ -213,7 +216,7 @@ def _dedupe(runs: list[Run]) -> tuple[list[Run], list[tuple[str, str]]]:
         skipped.append(
             (
                 str(drop.path),
-                f"duplicate of {keep.run_id} (same config and seed); kept the longer one",
+                f"duplicate of {keep.run_id} (same config, seed and CPU family); kept the longer one",
             )
         )
     return list(best.values()), skipped

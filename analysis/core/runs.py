@@ -78,6 +78,10 @@ class Run:
     # Set for exported runs (experiments/export_results.py): the share of responses whose
     # token rows were kept. None: every token row is there.
     token_sample_fraction: float | None = None
+    # The CPU family whose rounding the run carries (src/_numerics.py numerics_family, from
+    # meta.json's fingerprint; "unrecorded" without one): two families differ in the last
+    # bits from the first update on, so equal configs and seeds made on two are two runs.
+    numerics_family: str = "unrecorded"
     # analysis/core/cells.py: `method_name` is config method.name; `method` becomes its label in
     # the suite; `cell` is the id of (experiment, method, every numeric key except seed).
     method_name: str = ""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.claims.mismatch import mismatch_claims
+from analysis.claims.mismatch import FP32, mismatch_claims
 from analysis.core.loader import RunSet, load_runs
 from analysis.core.stats import fmt_ci, mean_ci
 from analysis.core.summary import run_summary
@@ -33,15 +33,45 @@ DIAGNOSTICS = {
     "clip_frac": "clip fraction",
 }
 CLAIM_COLUMNS = ["claim", "paper", "measured", "verdict", "after Holm", "note"]
+METRICS = {"final_sampled_acc": "sampled (primary)", "final_greedy_acc": "greedy"}
 
 
-def mismatch_runs(runs: RunSet) -> RunSet:
+def mismatch_runs(runs: RunSet) -> tuple[RunSet, RunSet]:
     """The runs of every method that has a run with a low-precision sampler, at the
-    experiments those runs use (their fp32 partners included)."""
+    experiments those runs use (their fp32 partners included), and apart from them the fp32
+    runs made on another CPU family than the low-precision runs where the same method and
+    seed also has an fp32 run on theirs: the claims pair within one family, and the others
+    measure what a last-bit difference alone does."""
     runs = runs.subset(lambda r: r.status == "finished")  # a running sweep's runs wait
     low = [r for r in runs.runs if (r.cfg("rollout.precision") or "fp32") != "fp32"]
     methods, experiments = {r.method_name or r.method for r in low}, {r.experiment for r in low}
-    return runs.subset(lambda r: (r.method_name or r.method) in methods and r.experiment in experiments)
+    runs = runs.subset(lambda r: (r.method_name or r.method) in methods and r.experiment in experiments)
+    low_families = {r.numerics_family for r in low}
+    own = {((r.method_name or r.method), r.seed) for r in runs.runs
+           if setting_of(r) == FP32 and r.numerics_family in low_families}
+    other = {r.run_id for r in runs.runs if setting_of(r) == FP32
+             and r.numerics_family not in low_families and ((r.method_name or r.method), r.seed) in own}
+    return runs.subset(lambda r: r.run_id not in other), runs.subset(lambda r: r.run_id in other)
+
+
+def family_table(paired: pd.DataFrame, other: RunSet) -> pd.DataFrame:
+    """Per method, the fp32 cells on the grid's CPU family minus the same cells (method,
+    seed, config) on another family, paired by seed: the size of a last-bit perturbation."""
+    if not other.runs:
+        return pd.DataFrame()
+    theirs = settings_summary(other).assign(family=lambda d: d["run_id"].map(
+        {r.run_id: r.numerics_family for r in other.runs}))
+    ours = paired[paired["experiment"] == FP32]
+    rows = []
+    for (method, fam), cell in theirs.groupby(["method", "family"]):
+        both = cell.merge(ours[ours["method"] == method], on="seed", suffixes=("_other", ""))
+        row = {"method": method, "other family": fam, "seeds": len(both)}
+        for key, name in METRICS.items():
+            diff = both[key] - both[f"{key}_other"]
+            row[f"{name}: this - other"] = fmt_ci(*mean_ci(diff))
+            row[f"{name}: sd of the differences"] = f"{diff.std(ddof=1):.3f}" if len(diff) > 1 else "-"
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def settings_summary(runs: RunSet) -> pd.DataFrame:
@@ -88,7 +118,7 @@ def diagnostics_table(runs: RunSet) -> pd.DataFrame:
 def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
     """REPORT.md, claims.csv, accuracy.csv, diagnostics.csv and the figures under `out`;
     returns the judged claims."""
-    runs = mismatch_runs(load_runs(roots))
+    runs, other_family = mismatch_runs(load_runs(roots))
     if not runs.runs:
         raise SkipFigure(f"no run with a low-precision sampler under {', '.join(map(str, roots))}")
     out.mkdir(parents=True, exist_ok=True)
@@ -100,6 +130,9 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
     acc.to_csv(out / "accuracy.csv", index=False)
     diag = diagnostics_table(runs)
     diag.to_csv(out / "diagnostics.csv", index=False)
+    families = family_table(s, other_family)
+    if len(families):
+        families.to_csv(out / "families.csv", index=False)
     made = [draw_accuracy(s, opts).name]
     for figure in FIGURES:
         try:
@@ -115,7 +148,17 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
             f"Verdicts: {verdict_counts(claims)}. {holm_counts(claims)}", "", md_table(shown), "",
             "## Final accuracy by method and setting", "", md_table(acc), "",
             "## The mismatch and the corrections (means per update, then over runs)", "",
-            md_table(diag), "", "## Figures", ""]
+            md_table(diag), ""]
+    fams = sorted({r.numerics_family for r in runs.runs})
+    text += ["## CPU families", "", f"The runs above were made on {', '.join(fams)} "
+             "(src/_numerics.py numerics_family)." + (
+                 "" if len(fams) == 1 else " The claims pair runs of different families: each "
+                 "difference holds their last-bit rounding difference as well as the setting's."), ""]
+    if len(families):
+        text += ["The same fp32 cells made on another family, left out of the claims, paired by "
+                 "seed against the ones above: what a last-bit perturbation alone does to the "
+                 "final accuracy.", "", md_table(families), ""]
+    text += ["## Figures", ""]
     text += [f"- `{name}`" for name in made]
     (out / "REPORT.md").write_text("\n".join(text) + "\n")
     return claims

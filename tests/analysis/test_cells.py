@@ -212,3 +212,26 @@ def test_a_crash_leaves_the_output_dir_as_it_was(tmp_path, write_run, monkeypatc
         make_figures.main([*args, "--formats", "pdf"])
     assert {f: (out / f).read_bytes() for f in _files(out)} == before
     assert not list(tmp_path.glob(".out.*"))
+
+
+def test_the_same_cell_and_seed_made_on_two_cpu_families_are_two_runs(tmp_path, write_run):
+    """A copy of a run counts once; a rerun of its config and seed on another CPU family has
+    other numbers (the families round apart) and counts as a run of its own."""
+    import json
+    import shutil
+
+    a = tmp_path / "a"
+    run = write_run(a, "ppo", 2, 0)
+    meta = json.loads((run.path / "meta.json").read_text())
+    meta["numerics"] = {"isa": "AVX2", "mkl_branch": "AVX2", "cpu_model": "AMD EPYC"}
+    (run.path / "meta.json").write_text(json.dumps(meta))
+    shutil.copytree(a, tmp_path / "copy")
+    shutil.copytree(a, tmp_path / "intel")
+    intel_meta = next((tmp_path / "intel").rglob("meta.json"))
+    meta["numerics"]["cpu_model"] = "Intel(R) Xeon(R) Processor"
+    intel_meta.write_text(json.dumps(meta))
+    runs = load_runs([a, tmp_path / "copy", tmp_path / "intel"])
+    assert sorted(r.numerics_family for r in runs.runs) == [
+        "AuthenticAMD/AVX2/MKL AUTO", "GenuineIntel/AVX2/MKL AVX2"]
+    assert [why for _, why in runs.skipped] == [
+        "duplicate of a/sweep_2x/ppo/seed0 (same config, seed and CPU family); kept the longer one"]

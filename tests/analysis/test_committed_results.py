@@ -2,7 +2,8 @@
 figures/paper_grid/ what it draws from experiments/paper_grid, figures/testbed_grid/ what
 it draws from experiments/testbed_grid, figures/testbed_lags/ what analysis/lag_report.py
 draws from experiments/testbed_lags with the grid's ramble_1x and 4x ppo as references, and
-figures/lag*/ what it draws from experiments/lag_results*."""
+figures/lag*/ what it draws from experiments/lag_results*, and figures/mismatch_grid/ what
+analysis/mismatch_report.py draws from experiments/mismatch_grid with testbed_grid's fp32 cells."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import lag_report, make_figures
+from analysis import lag_report, make_figures, mismatch_report
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS, FIGURES = ROOT / "experiments" / "results", ROOT / "figures"
@@ -20,7 +21,7 @@ TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "r
 
 # figures/lag*/ and figures/testbed_lags/ are lag reports' (analysis/lag_report.py);
 # figures/paper_grid/ and figures/testbed_grid/ are their own roots'.
-OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid", "testbed_lags")
+OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid", "testbed_lags", "mismatch_grid")
 LAG_OUTPUTS = ["REPORT.md", "lag_summary.csv", "lag_claims.csv", "lag_search.csv", "lag_paired.csv",
                "lag_variants.csv"]
 
@@ -74,6 +75,24 @@ def test_committed_lag_report_regenerates_from_committed_results(tmp_path, monke
     assert code == 0
     written = [n for n in LAG_OUTPUTS if (tmp_path / n).is_file()]
     assert written == [n for n in LAG_OUTPUTS if (figures / n).is_file()]
+    for name in written:
+        assert (tmp_path / name).read_text() == (figures / name).read_text(), name
+    assert {p.name for p in figures.glob("*.png")} == {p.name for p in tmp_path.glob("*.png")}
+
+
+MISMATCH_OUTPUTS = ["REPORT.md", "claims.csv", "accuracy.csv", "diagnostics.csv", "families.csv"]
+
+
+def test_committed_mismatch_report_regenerates_from_committed_results(tmp_path, monkeypatch):
+    figures = FIGURES / "mismatch_grid"
+    if not (figures / "REPORT.md").is_file():
+        pytest.skip("no committed mismatch report yet")
+    monkeypatch.chdir(ROOT)  # the report names its --runs arguments as given
+    code = mismatch_report.main(["--runs", "experiments/mismatch_grid", "experiments/testbed_grid",
+                                 "--out", str(tmp_path)])
+    assert code == 0
+    written = [n for n in MISMATCH_OUTPUTS if (tmp_path / n).is_file()]
+    assert written == [n for n in MISMATCH_OUTPUTS if (figures / n).is_file()]
     for name in written:
         assert (tmp_path / name).read_text() == (figures / name).read_text(), name
     assert {p.name for p in figures.glob("*.png")} == {p.name for p in tmp_path.glob("*.png")}

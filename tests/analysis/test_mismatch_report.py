@@ -86,3 +86,51 @@ def test_no_low_precision_run_is_bad_input(grid, tmp_path, capsys):
     assert e.value.code == 2
     assert capsys.readouterr().err.startswith("config error: --runs: no run with a low-precision sampler")
     assert not (tmp_path / "out").exists()
+
+
+def _set_family(path, cpu_model: str) -> None:
+    """Stamp a run's fingerprint with a CPU model, as src/_numerics.py records it."""
+    meta = json.loads((path / "meta.json").read_text())
+    meta["numerics"] = {"isa": "AVX2", "mkl_branch": "AVX2", "cpu_model": cpu_model}
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def test_claims_pair_within_the_low_precision_runs_cpu_family(tmp_path):
+    """int8 runs on Intel; fp32 partners on AMD (every seed) and on Intel (seeds 0, 1): the
+    claim pairs Intel with Intel where it can, and the AMD cells they replace are measured
+    against the Intel ones apart, by hand from the files."""
+    from tests.analysis.conftest import write_run
+
+    intel, amd = "Intel(R) Xeon(R) Processor", "AMD EPYC"
+    low, fp32_intel, fp32_amd = {}, {}, {}
+    for seed in SEEDS:
+        low[seed] = write_run(tmp_path / "low", "ppo", 4, seed, experiment="ramble", steps=6,
+                              extra_config=SETTINGS["int8/none"], tag="int8_none").path
+        _set_family(low[seed], intel)
+        _shift_evals(low[seed], -0.01 * (seed + 1))
+        fp32_amd[seed] = write_run(tmp_path / "amd", "ppo", 4, seed, experiment="ramble",
+                                   steps=6).path
+        _set_family(fp32_amd[seed], amd)
+        _shift_evals(fp32_amd[seed], 0.05 + 0.02 * seed)
+        if seed < 2:
+            fp32_intel[seed] = write_run(tmp_path / "intel", "ppo", 4, seed, experiment="ramble",
+                                         steps=6, tag="fp32_intel").path
+            _set_family(fp32_intel[seed], intel)
+            _shift_evals(fp32_intel[seed], 0.03 * seed)
+    out = tmp_path / "out"
+    assert mismatch_report.main(["--runs", *(str(tmp_path / d) for d in ("low", "amd", "intel")),
+                                 "--out", str(out)]) == 0
+    # claim 1 pairs seeds 0 and 1 with Intel's fp32 cells and seed 2 with AMD's (no Intel one)
+    partner = {0: fp32_intel[0], 1: fp32_intel[1], 2: fp32_amd[2]}
+    d = np.array([_final_sampled(low[s]) - _final_sampled(partner[s]) for s in SEEDS])
+    half = t975(len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    claims = pd.read_csv(out / "claims.csv")
+    assert f"{d.mean():+.3f} ± {half:.3f}" in claims.loc[0, "measured"], claims.loc[0, "measured"]
+    fams = pd.read_csv(out / "families.csv")
+    assert fams[["method", "other family", "seeds"]].values.tolist() == [
+        ["ppo", "AuthenticAMD/AVX2/MKL AUTO", 2]]
+    e = np.array([_final_sampled(fp32_intel[s]) - _final_sampled(fp32_amd[s]) for s in (0, 1)])
+    half = t975(1) * e.std(ddof=1) / np.sqrt(2)
+    assert fams.loc[0, "sampled (primary): this - other"].startswith(f"{e.mean():+.3f} ± {half:.3f}")
+    report = (out / "REPORT.md").read_text()
+    assert "GenuineIntel/AVX2/MKL AVX2" in report and "what a last-bit perturbation" in report
