@@ -117,6 +117,9 @@ def compare_tokens(committed: Path, rerun: Path, skip: tuple[str, ...] = ()) -> 
     for name in sample.column_names:
         if name in TOKEN_KEY or name in skip:
             continue
+        if name not in full.column_names:  # this run's code predates the column
+            problems.append(f"tokens: column {name} is not written by this run")
+            continue
         left, right = joined[name], joined[f"{name}_run"]
         if right.null_count > left.null_count:
             problems.append(f"tokens: {right.null_count} committed rows missing from this run")

@@ -115,6 +115,34 @@ def diagnostics_table(runs: RunSet) -> pd.DataFrame:
     return table.map(lambda v: "-" if pd.isna(v) else f"{v:.3g}").reset_index()
 
 
+def replication_table(runs: RunSet, other: RunSet) -> pd.DataFrame:
+    """The fp32 cells' own comparisons on each CPU family they were made on (the claims'
+    and the ones set apart): every method's gain over its warm start and every pair of
+    methods' paired difference, sampled (primary) and greedy, so a verdict drawn on one
+    family can be read beside the same seeds on the other."""
+    if not other.runs:
+        return pd.DataFrame()
+    family = {r.run_id: r.numerics_family for r in [*runs.runs, *other.runs]}
+    both = pd.concat([settings_summary(runs), settings_summary(other)])
+    both = both[both["experiment"] == FP32].assign(family=lambda d: d["run_id"].map(family))
+    rows = []
+    for fam, cells in both.groupby("family", sort=False):
+        table = cells.set_index(["method", "seed"])
+        methods = sorted(set(cells["method"]))
+        for method in methods:
+            gain = table.loc[method]
+            rows.append({"family": fam, "comparison": f"{method}: gain over its warm start",
+                         **{name: fmt_ci(*mean_ci(gain[key.replace("final", "gain")]))
+                            for key, name in METRICS.items()}})
+        for a, b in [(a, b) for i, a in enumerate(methods) for b in methods[i + 1:]]:
+            row = {"family": fam, "comparison": f"{a} - {b}, paired by seed"}
+            for key, name in METRICS.items():
+                diff = (table.loc[a][key] - table.loc[b][key]).dropna()
+                row[name] = f"{fmt_ci(*mean_ci(diff))}; {int((diff > 0).sum())} of {len(diff)} above"
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
     """REPORT.md, claims.csv, accuracy.csv, diagnostics.csv and the figures under `out`;
     returns the judged claims."""
@@ -131,8 +159,10 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
     diag = diagnostics_table(runs)
     diag.to_csv(out / "diagnostics.csv", index=False)
     families = family_table(s, other_family)
+    replication = replication_table(runs, other_family)
     if len(families):
         families.to_csv(out / "families.csv", index=False)
+        replication.to_csv(out / "replication.csv", index=False)
     made = [draw_accuracy(s, opts).name]
     for figure in FIGURES:
         try:
@@ -157,7 +187,10 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
     if len(families):
         text += ["The same fp32 cells made on another family, left out of the claims, paired by "
                  "seed against the ones above: what a last-bit perturbation alone does to the "
-                 "final accuracy.", "", md_table(families), ""]
+                 "final accuracy.", "", md_table(families), "",
+                 "The fp32 cells' own comparisons on each family: a verdict drawn on one beside "
+                 "the same seeds and configs on the other.",
+                 "", md_table(replication), ""]
     text += ["## Figures", ""]
     text += [f"- `{name}`" for name in made]
     (out / "REPORT.md").write_text("\n".join(text) + "\n")

@@ -80,7 +80,8 @@ def test_committed_lag_report_regenerates_from_committed_results(tmp_path, monke
     assert {p.name for p in figures.glob("*.png")} == {p.name for p in tmp_path.glob("*.png")}
 
 
-MISMATCH_OUTPUTS = ["REPORT.md", "claims.csv", "accuracy.csv", "diagnostics.csv", "families.csv"]
+MISMATCH_OUTPUTS = ["REPORT.md", "claims.csv", "accuracy.csv", "diagnostics.csv", "families.csv",
+                    "replication.csv"]
 
 
 def test_committed_mismatch_report_regenerates_from_committed_results(tmp_path, monkeypatch):

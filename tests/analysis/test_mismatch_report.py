@@ -134,3 +134,16 @@ def test_claims_pair_within_the_low_precision_runs_cpu_family(tmp_path):
     assert fams.loc[0, "sampled (primary): this - other"].startswith(f"{e.mean():+.3f} ± {half:.3f}")
     report = (out / "REPORT.md").read_text()
     assert "GenuineIntel/AVX2/MKL AVX2" in report and "what a last-bit perturbation" in report
+    # each family's fp32 gain over its warm start, by hand: final minus the step-0 eval; AMD's
+    # seed 2 is a claim partner (no Intel one) and still an AMD cell
+    def gain(path) -> float:
+        evals = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        return _final_sampled(path) - [e for e in evals if e["kind"] == "eval"][0]["sampled_accuracy"]
+
+    rep = pd.read_csv(out / "replication.csv").set_index("family")
+    for family, cells in (("GenuineIntel/AVX2/MKL AVX2", fp32_intel),
+                          ("AuthenticAMD/AVX2/MKL AUTO", fp32_amd)):
+        g = np.array([gain(p) for p in cells.values()])
+        half = t975(len(g) - 1) * g.std(ddof=1) / np.sqrt(len(g))
+        assert rep.loc[family, "comparison"] == "ppo: gain over its warm start"
+        assert rep.loc[family, "sampled (primary)"] == f"{g.mean():.3f} ± {half:.3f} (n={len(g)})"
