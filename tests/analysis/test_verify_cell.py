@@ -253,3 +253,19 @@ def test_nan_equals_nan_in_a_token_column_and_nothing_else_does(tmp_path, write_
     n = pq.read_metadata(part).num_rows
     _with_column(part, "is_weight", [1.0] + [math.nan] * (n - 1))  # a number where NaN was
     assert verify.compare_tokens(run.path, rerun) == ["tokens: column is_weight differs"]
+
+
+def test_a_token_column_the_compared_run_does_not_write_is_named_not_a_crash(tmp_path, write_run):
+    # comparing a committed cell with a run of older code (--compare-dir): the column it
+    # predates is named, and every column both have is still compared
+    run = write_run(tmp_path / "runs", "ppo", 4, 0, steps=2, tokens_per_step=64)
+    older = tmp_path / "older"
+    shutil.copytree(run.path, older)
+    for part in sorted((run.path / "tokens").glob("*.parquet")):
+        _with_column(part, "is_weight", [1.0] * pq.read_metadata(part).num_rows)
+    assert verify.compare_tokens(run.path, older) == [
+        "tokens: column is_weight is not written by this run"]
+    part = sorted((older / "tokens").glob("*.parquet"))[0]
+    _with_column(part, "entropy", [0.5] * pq.read_metadata(part).num_rows)
+    assert verify.compare_tokens(run.path, older) == [
+        "tokens: column entropy differs", "tokens: column is_weight is not written by this run"]
