@@ -1,11 +1,13 @@
 """The clip_family sweep's report: does any 2025-26 clip rule beat bapo or ppo?
 
-    python analysis/clip_family_report.py --runs experiments/clip_family \
+    python analysis/clip_family_report.py --runs experiments/clip_family experiments/mismatch_grid \
         experiments/testbed_grid experiments/testbed_lags --out figures/clip_family
 
 Reads the finished runs of sapo, dppo_tv, gppo, ce_gppo, dcpo, aspo, sapo at token-mean
 (labelled `sapo (token-mean)`) and the reference methods ppo, clip_higher and bapo at the
-sweep's experiments (ramble_4x, ramble_delay_4), nothing else under the roots, and writes
+sweep's experiments (ramble_4x, ramble_delay_4) with the fp32 sampler and no correction,
+nothing else under the roots, pairing within the sweep's CPU family (a reference cell made
+on another family is set apart and shown beside), and writes
 <out>/{REPORT.md, claims.csv, accuracy.csv, regime.csv, fig_clip_family_forest.png}: the
 claim rows of analysis/claims/clip_family.py (declared in experiments/sweeps.yaml before the
 runs) judged paired by seed with Holm's correction over all 26, final accuracy by method and
@@ -30,7 +32,11 @@ from analysis.reports.clip_family import write_report  # noqa: E402
 from analysis.reports.sweep_cli import run_report_cli  # noqa: E402
 
 TITLE = "The 2025-26 clip family on the ramble testbed at 4x and at lag 16-19, beside ppo and bapo"
-ROOTS = ("experiments/clip_family", "experiments/testbed_grid", "experiments/testbed_lags")
+# The sweep and its references: the mismatch grid's fp32 cells (Intel, the sweep's family) at
+# 4x and clip_family_refs' at lag 16-19 (exported into experiments/clip_family), paired; the
+# AMD cells of testbed_grid and testbed_lags, set apart where those exist.
+ROOTS = ("experiments/clip_family", "experiments/mismatch_grid", "experiments/testbed_grid",
+         "experiments/testbed_lags")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from analysis.claims.clip_family import (
     clip_family_claims,
     method_label,
 )
+from analysis.core.families import family_names, within_family
 from analysis.core.final import warmup_steps
 from analysis.core.lags import with_steady_steps
 from analysis.core.loader import Run, RunSet, load_runs
@@ -40,15 +41,23 @@ CLAIM_COLUMNS = ["claim", "paper", "measured", "verdict", "after Holm", "note"]
 
 def _read(run: Run) -> bool:
     """One of the rows' cells: a finished run (a running sweep's runs wait) of a method the
-    rows name at one of the sweep's experiments."""
+    rows name at one of the sweep's experiments, with the fp32 sampler and no correction as
+    the sweep runs (a root may hold the mismatch grid's int8 cells beside its fp32 ones)."""
     return (run.status == "finished" and run.experiment in EXPERIMENTS
-            and method_label(run) in METHODS)
+            and method_label(run) in METHODS
+            and (run.cfg("rollout.precision") or "fp32") == "fp32"
+            and (run.cfg("correction.name") or "none") == "none")
 
 
-def family_runs(runs: RunSet) -> RunSet:
-    """The runs the report reads; SkipFigure where a method and experiment hold runs of two
-    configs (a `bapo.rho0=0.3` variant beside bapo): pooled, one seed would count twice."""
-    runs = runs.subset(_read)
+def family_runs(runs: RunSet) -> tuple[RunSet, RunSet]:
+    """(the runs the report reads, the reference runs set apart): a reference cell (method
+    and experiment) made on the sweep's CPU family is paired, and the same cell made on
+    another family is set apart (analysis/core/families.py); SkipFigure where a method and
+    experiment hold runs of two configs (a `bapo.rho0=0.3` variant beside bapo): pooled,
+    one seed would count twice."""
+    runs, apart = within_family(runs.subset(_read),
+                                lambda r: method_label(r) in (*FAMILY, CONTROL),
+                                lambda r: (method_label(r), r.experiment))
     configs: dict[tuple[str, str], dict[str, str]] = {}
     for r in runs.runs:
         configs.setdefault((method_label(r), r.experiment), {}).setdefault(r.cell, r.run_id)
@@ -57,7 +66,7 @@ def family_runs(runs: RunSet) -> RunSet:
     if mixed:
         raise SkipFigure(f"runs of two configs in one cell: {'; '.join(mixed)}; give the "
                          "roots of one config each")
-    return runs
+    return runs, apart
 
 
 def family_summary(runs: RunSet) -> pd.DataFrame:
@@ -85,7 +94,7 @@ def accuracy_table(s: pd.DataFrame) -> pd.DataFrame:
 def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
     """REPORT.md, claims.csv, accuracy.csv, regime.csv and the figure under `out`; returns
     the judged claims."""
-    runs = family_runs(load_runs(roots))
+    runs, apart = family_runs(load_runs(roots))
     if not any(method_label(r) in (*FAMILY, CONTROL) for r in runs.runs):
         raise SkipFigure(f"no finished run of the clip family ({', '.join(FAMILY)}) at "
                          f"{' or '.join(EXPERIMENTS)} under {', '.join(map(str, roots))}")
@@ -111,9 +120,27 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
             "## Final accuracy by method and experiment", "",
             "Mean of each run's last three evals, 95% t-interval over seeds; gain: final minus "
             "the run's step-0 eval (the warm start).", "", md_table(acc), "",
-            *regime_text(regime), "", "## Figure", "", f"- `{figure}`"]
+            *regime_text(regime), "", *families_text(runs, apart), "## Figure", "",
+            f"- `{figure}`"]
     (out / "REPORT.md").write_text("\n".join(text) + "\n")
     return claims
+
+
+def families_text(runs: RunSet, apart: RunSet) -> list[str]:
+    """Which CPU families made the runs read, and the other family's reference cells set
+    apart, with their accuracy beside the paired ones'."""
+    fams = family_names(runs)
+    text = ["## CPU families", "", f"The runs read were made on {', '.join(fams)} "
+            "(src/_numerics.py numerics_family)." + (
+                "" if len(fams) == 1 else " Some reference cells have no run on the sweep's "
+                "family yet: their pairs cross families, and each difference holds the "
+                "families' last-bit difference as well as the rules'."), ""]
+    if apart.runs:
+        acc = accuracy_table(family_summary(apart))
+        text += [f"Set apart: {len(apart.runs)} reference runs of the same cells made on "
+                 f"{', '.join(family_names(apart))}, shown here and not paired:", "",
+                 md_table(acc), ""]
+    return text
 
 
 def regime_text(regime: pd.DataFrame) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.claims.mismatch import FP32, mismatch_claims
+from analysis.core.families import family_names, within_family
 from analysis.core.loader import RunSet, load_runs
 from analysis.core.stats import fmt_ci, mean_ci
 from analysis.core.summary import run_summary
@@ -46,12 +47,8 @@ def mismatch_runs(runs: RunSet) -> tuple[RunSet, RunSet]:
     low = [r for r in runs.runs if (r.cfg("rollout.precision") or "fp32") != "fp32"]
     methods, experiments = {r.method_name or r.method for r in low}, {r.experiment for r in low}
     runs = runs.subset(lambda r: (r.method_name or r.method) in methods and r.experiment in experiments)
-    low_families = {r.numerics_family for r in low}
-    own = {((r.method_name or r.method), r.seed) for r in runs.runs
-           if setting_of(r) == FP32 and r.numerics_family in low_families}
-    other = {r.run_id for r in runs.runs if setting_of(r) == FP32
-             and r.numerics_family not in low_families and ((r.method_name or r.method), r.seed) in own}
-    return runs.subset(lambda r: r.run_id not in other), runs.subset(lambda r: r.run_id in other)
+    return within_family(runs, lambda r: (r.cfg("rollout.precision") or "fp32") != "fp32",
+                         lambda r: (r.method_name or r.method, setting_of(r), r.seed))
 
 
 def family_table(paired: pd.DataFrame, other: RunSet) -> pd.DataFrame:
@@ -179,7 +176,7 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
             "## Final accuracy by method and setting", "", md_table(acc), "",
             "## The mismatch and the corrections (means per update, then over runs)", "",
             md_table(diag), ""]
-    fams = sorted({r.numerics_family for r in runs.runs})
+    fams = family_names(runs)
     text += ["## CPU families", "", f"The runs above were made on {', '.join(fams)} "
              "(src/_numerics.py numerics_family)." + (
                  "" if len(fams) == 1 else " The claims pair runs of different families: each "

@@ -235,7 +235,7 @@ def test_the_forest_draws_the_rows_pairs_seed_by_seed(grid, report):
     out, claims = report
     assert (out / "fig_clip_family_forest.png").stat().st_size > 10_000
     assert "- `fig_clip_family_forest`" in (out / "REPORT.md").read_text()
-    summary = family_summary(family_runs(load_runs([root / "family", root / "refs"])))
+    summary = family_summary(family_runs(load_runs([root / "family", root / "refs"]))[0])
     drawn = paired_rows(summary, claims.reset_index()).set_index("key")
     assert list(drawn.index) == list(claims.index)  # one line per claim row, in its order
     gppo = drawn.loc["gppo_vs_bapo_ramble_delay_4"]
@@ -276,3 +276,49 @@ def test_two_configs_in_one_cell_are_bad_input(grid, tmp_path, capsys, write_run
                                  str(tmp_path / "ablation"), "--out", str(tmp_path / "out")])
     assert e.value.code == 2
     assert "runs of two configs in one cell: bapo at ramble_4x" in capsys.readouterr().err
+
+
+def _stamp(path, cpu_model: str) -> None:
+    meta = json.loads((path / "meta.json").read_text())
+    meta["numerics"] = {"isa": "AVX2", "mkl_branch": "AVX2", "cpu_model": cpu_model}
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def test_references_pair_within_the_sweeps_cpu_family(grid, tmp_path):
+    """The family made on Intel; bapo's 4x cells on Intel (0.1 above the fixture's) beside
+    the fixture's unrecorded ones: the rows pair with the Intel cells and set the others apart;
+    ppo, with no Intel cell, stays paired across families and the report says so; an int8
+    run of bapo under a root is left out."""
+    import shutil
+
+    from tests.analysis.conftest import write_run
+
+    root, runs = grid
+    shutil.copytree(root / "family", tmp_path / "family")
+    for meta in (tmp_path / "family").rglob("meta.json"):
+        _stamp(meta.parent, "Intel(R) Xeon(R) Processor")
+    intel = {}
+    for seed in SEEDS:
+        run = write_run(tmp_path / "intel", "bapo", 4, seed, experiment="ramble_4x", steps=STEPS,
+                        write_tokens=False, extra_config={"method.aggregation": "token-mean"})
+        _rewrite(run.path, BAPO[seed] + 0.1, 0.3, 0)
+        _stamp(run.path, "Intel(R) Xeon(R) Processor")
+        intel[seed] = run
+    int8 = write_run(tmp_path / "intel", "bapo", 4, 0, experiment="ramble_4x", steps=STEPS,
+                     write_tokens=False, tag="int8", extra_config={
+                         "method.aggregation": "token-mean", "rollout.precision": "int8"})
+    _stamp(int8.path, "Intel(R) Xeon(R) Processor")
+    out = tmp_path / "out"
+    assert clip_family_report.main(["--runs", str(tmp_path / "family"), str(tmp_path / "intel"),
+                                    str(root / "refs"), "--out", str(out)]) == 0
+    claims = pd.read_csv(out / "claims.csv").set_index("key")
+    d = np.array([_final(runs[("sapo", "ramble_4x", s)], "greedy_accuracy")
+                  - _final(intel[s], "greedy_accuracy") for s in SEEDS])
+    assert f"{d.mean():+.3f} ± {T975_DF2 * d.std(ddof=1) / math.sqrt(3):.3f}" in claims.loc[
+        "sapo_vs_bapo_ramble_4x", "measured"]
+    report = (out / "REPORT.md").read_text()
+    assert "Set apart: 4 reference runs of the same cells made on unrecorded" in report
+    assert "their pairs cross families" in report  # ppo has no Intel cell
+    acc = pd.read_csv(out / "accuracy.csv")
+    bapo_4x = acc[(acc["method"] == "bapo") & (acc["experiment"] == "ramble_4x")]
+    assert bapo_4x["seeds"].tolist() == [3]  # the Intel cells alone, not the int8 run
