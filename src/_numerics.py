@@ -96,36 +96,33 @@ def active_mode() -> str:
     return CHOICE.get("mode", DEFAULT_MODE)
 
 
-def cpu_model_and_flags() -> tuple[str, list[str]]:
-    """(the CPU's model name, its SIMD flags of `SIMD_FLAGS`) from /proc/cpuinfo on Linux."""
-    model, flags = platform.processor() or platform.machine(), set()
+def _first_cpu_block() -> dict[str, str]:
+    """The first processor's `key: value` lines of /proc/cpuinfo (every core of a machine
+    reports the same model, vendor and flags); empty where there is none (not Linux)."""
+    block: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and value.strip():
-                    model = value.strip()
-                elif key in ("flags", "Features") and not flags:
-                    flags = set(value.split())
-                if key == "" and flags:  # the first processor block is enough
+                if not key.strip() and block:  # a blank line ends the first block
                     break
+                block.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return block
+
+
+def cpu_model_and_flags() -> tuple[str, list[str]]:
+    """(the CPU's model name, its SIMD flags of `SIMD_FLAGS`) from /proc/cpuinfo on Linux."""
+    block = _first_cpu_block()
+    model = block.get("model name") or platform.processor() or platform.machine()
+    flags = set((block.get("flags") or block.get("Features") or "").split())
     return model, [f for f in SIMD_FLAGS if f in flags]
 
 
 def cpu_vendor() -> str:
     """The CPU's vendor id (GenuineIntel, AuthenticAMD, ...) from /proc/cpuinfo, else ''."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "vendor_id":
-                    return value.strip()
-    except OSError:
-        pass
-    return ""
+    return _first_cpu_block().get("vendor_id", "")
 
 
 def numerics_family(fp: dict) -> str:

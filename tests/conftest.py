@@ -18,6 +18,16 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests (whole runs and shipped-build rebuilds, up to minutes each) first, the
+    longest-first rule for parallel work: under the README's `-n auto --dist loadfile` their
+    files are handed out first and the workers share the many short files at the end,
+    instead of one worker still running a rebuild that started last while the others wait.
+    The order is otherwise kept."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 # A model small enough that its warm start takes seconds; shared by every e2e test.
 # 150 SFT steps on 2-term 1-digit sums reach ~35% sampled accuracy, so groups mix.
 TINY_MODEL = [

@@ -150,3 +150,30 @@ def test_the_warm_start_key_of_a_native_build_is_its_own():
     # a GPU build's weights do not depend on the CPU's instructions
     assert (cache_key(task, {}, {}, 0, device="cuda", numerics="native")
             == cache_key(task, {}, {}, 0, device="cuda"))
+
+
+@pytest.mark.parametrize("text, model, flags, vendor", [
+    # x86-64: two processor blocks; only the first is read
+    ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\n"
+     "flags\t\t: fpu sse4_2 avx avx2 fma\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\n"
+     "model name\t: other\nflags\t\t: avx512f\n", "AMD EPYC 9R14", ["sse4_2", "avx", "avx2", "fma"],
+     "AuthenticAMD"),
+    # aarch64: `Features`, no model name or vendor_id: the platform's name stands in
+    ("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\n\n", None, [], ""),
+])
+def test_cpuinfo_is_read_from_its_first_processor_block(monkeypatch, tmp_path, text, model,
+                                                         flags, vendor):
+    import builtins
+    import platform
+
+    from src import _numerics
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(text)
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(
+        fake if path == "/proc/cpuinfo" else path, *a, **k))
+    got_model, got_flags = _numerics.cpu_model_and_flags()
+    assert got_model == (model or platform.processor() or platform.machine())
+    assert got_flags == flags
+    assert _numerics.cpu_vendor() == vendor
