@@ -29,6 +29,10 @@ from src.warm_start.sft import sft
 # Bump when the SFT recipe changes in a way that changes the weights for the same config.
 # 2: packed SFT batches.
 WARM_START_VERSION = 2
+# Bump when only autocast builds change (it is in their keys alone, so the fp32 builds and
+# the shipped ones keep theirs). 2: each SFT step's forward in its own autocast context;
+# the builds before it trained only their embeddings and norms (src/warm_start/sft.py).
+AUTOCAST_BUILD_VERSION = 2
 # The SFT's CPU threads, fixed: the shipped builds were made with 2 (a build with another
 # count rounds its reductions otherwise and gives other weights).
 BUILD_THREADS = 2
@@ -36,7 +40,7 @@ SHIPPED_DIR = Path(__file__).resolve().parents[2] / "experiments" / "warm_starts
 
 
 def _runtime(device: torch.device | str, autocast_name: str | None,
-             numerics: str = "portable") -> dict[str, str]:
+             numerics: str = "portable") -> dict[str, Any]:
     """What besides the configs changes the SFT's numbers; empty for the CPU fp32 portable
     default, so the default's cache keys are those of earlier versions (and of the shipped
     builds). A native build's key names its mode: its weights depend on the CPU."""
@@ -45,6 +49,7 @@ def _runtime(device: torch.device | str, autocast_name: str | None,
         runtime["device"] = torch.device(device).type
     if autocast_name is not None:
         runtime["autocast"] = autocast_name
+        runtime["autocast_build_version"] = AUTOCAST_BUILD_VERSION
     if numerics != "portable" and torch.device(device).type == "cpu":
         runtime["numerics"] = numerics
     return runtime
@@ -175,8 +180,8 @@ def _sft_and_eval(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, ta
     torch.set_num_threads(BUILD_THREADS)
     try:
         t0, c0 = time.perf_counter(), time.process_time()
-        with autocast_context(device, autocast):
-            losses = sft(model, tokenizer, task, s_cfg, seed=seed, progress=progress)
+        losses = sft(model, tokenizer, task, s_cfg, seed=seed, progress=progress,
+                     autocast=autocast)
         _synchronize(device)
         measured = {"sft_seconds": time.perf_counter() - t0,
                     "sft_cpu_seconds": time.process_time() - c0,

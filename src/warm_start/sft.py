@@ -10,6 +10,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from src.models.precision import autocast as autocast_context
 from src.tasks.base import Problem, Task
 
 
@@ -82,10 +83,18 @@ def sft(
     *,
     seed: int,
     progress: bool = True,
+    autocast: str | None = None,
 ) -> list[float]:
     """AdamW on training problems in index order (batch `b` = problems b*B .. b*B+B-1).
 
     Returns the per-step losses (token mean over solution + EOS tokens).
+
+    `autocast` (None or "bfloat16") runs each step's forward and loss, and only those, in
+    its own autocast context, as torch asks. One context around the whole loop is wrong:
+    autocast caches the bf16 cast of every fp32 weight that requires grad until the
+    outermost context exits, so every later forward would reuse step 0's casts and only the
+    uncast weights (embeddings, norms) would learn. That was the GPU check's plateau at a
+    loss of 2.02 (docs/gpu.md).
     """
     steps, bsz = int(cfg["steps"]), int(cfg["batch_size"])
     opt, sched = _optimizer(model, cfg, steps)
@@ -102,8 +111,9 @@ def sft(
         )
         _check_fits(batch, max_pos)
         device = next(model.parameters()).device
-        loss = _sft_loss(model, {k: v.to(device) for k, v in batch.items()},
-                         float(cfg["label_smoothing"]))
+        with autocast_context(device, autocast):
+            loss = _sft_loss(model, {k: v.to(device) for k, v in batch.items()},
+                             float(cfg["label_smoothing"]))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
