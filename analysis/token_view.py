@@ -52,6 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # `python analysis/token_view.py` puts only analysis/ there
     sys.path.insert(0, str(REPO))
 
+from analysis.core.run_dirs import shown_path  # noqa: E402
 from analysis.figures.tokens import PROB_SPLIT, SIGN_COLORS  # noqa: E402
 from analysis.reports.token_data import (  # noqa: E402
     ViewError,
@@ -63,7 +64,6 @@ from analysis.reports.token_data import (  # noqa: E402
     pair_rows,
     read_rows,
     run_info,
-    shown_path,
     update_records,
 )
 from analysis.reports.token_pack import Packer, pack_run  # noqa: E402

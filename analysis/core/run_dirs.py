@@ -15,7 +15,15 @@ import yaml
 from src.run_vocab import upgrade_method_layout
 
 _SKIP_DIRS = {"tokens", "checkpoints", "__pycache__"}
+REPO = Path(__file__).resolve().parents[2]
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def shown_path(path: Path) -> str:
+    """A path as a page or report shows it: relative to the repo when inside it, so a page (or a
+    screenshot of one) names no machine's layout."""
+    path = Path(path).resolve()
+    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
 
 
 def discover(roots: Iterable[Path]) -> tuple[list[tuple[Path, Path]], list[str]]:

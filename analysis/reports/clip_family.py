@@ -29,6 +29,7 @@ from analysis.core.families import family_names, within_family
 from analysis.core.final import warmup_steps
 from analysis.core.lags import with_steady_steps
 from analysis.core.loader import Run, RunSet, load_runs
+from analysis.core.run_dirs import shown_path
 from analysis.core.stats import fmt_ci, mean_ci
 from analysis.core.summary import run_summary
 from analysis.figures.clip_family import draw_forest
@@ -110,7 +111,7 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
         figure = draw_forest(s, claims, Options(out=out, formats=("png",))).name
     except SkipFigure as e:  # the family's runs without their references: tables only
         figure = f"fig_clip_family_forest (skipped: {e})"
-    text = [f"# {title}", "", f"{len(runs.runs)} runs under {', '.join(str(r) for r in roots)}: "
+    text = [f"# {title}", "", f"{len(runs.runs)} runs under {', '.join(shown_path(r) for r in roots)}: "
             f"{', '.join(m for m in METHODS if m in set(s['method']))} at "
             f"{', '.join(e for e in EXPERIMENTS if e in set(s['experiment']))} (docs/methods.md, "
             "\"The 2025-26 clip family\").", "",

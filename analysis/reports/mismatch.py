@@ -17,6 +17,7 @@ import pandas as pd
 from analysis.claims.mismatch import FP32, mismatch_claims
 from analysis.core.families import family_names, within_family
 from analysis.core.loader import RunSet, load_runs
+from analysis.core.run_dirs import shown_path
 from analysis.core.stats import fmt_ci, mean_ci
 from analysis.core.summary import run_summary
 from analysis.figures.contract import Options, SkipFigure
@@ -51,17 +52,18 @@ def mismatch_runs(runs: RunSet) -> tuple[RunSet, RunSet]:
                          lambda r: (r.method_name or r.method, setting_of(r), r.seed))
 
 
-def family_table(paired: pd.DataFrame, other: RunSet) -> pd.DataFrame:
-    """Per method, the fp32 cells on the grid's CPU family minus the same cells (method,
-    seed, config) on another family, paired by seed: the size of a last-bit perturbation."""
-    if not other.runs:
+def family_table(paired: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFrame:
+    """Per method, the fp32 cells on the grid's CPU family (`paired`, settings_summary of the
+    claims' runs) minus the same cells (method, seed, config) on another family (`theirs`,
+    settings_summary of the runs set apart), paired by seed: the size of a last-bit
+    perturbation."""
+    if theirs.empty:
         return pd.DataFrame()
-    theirs = settings_summary(other).assign(family=lambda d: d["run_id"].map(
-        {r.run_id: r.numerics_family for r in other.runs}))
     ours = paired[paired["experiment"] == FP32]
     rows = []
     for (method, fam), cell in theirs.groupby(["method", "family"]):
-        both = cell.merge(ours[ours["method"] == method], on="seed", suffixes=("_other", ""))
+        both = cell.merge(ours[ours["method"] == method].drop(columns="family"), on="seed",
+                          suffixes=("_other", ""))
         row = {"method": method, "other family": fam, "seeds": len(both)}
         for key, name in METRICS.items():
             diff = both[key] - both[f"{key}_other"]
@@ -73,11 +75,12 @@ def family_table(paired: pd.DataFrame, other: RunSet) -> pd.DataFrame:
 
 def settings_summary(runs: RunSet) -> pd.DataFrame:
     """The run summary with each run's setting in the `experiment` column (the claim rows
-    name their cells by it) and its method by its config's method.name."""
+    name their cells by it), its method by its config's method.name, and its CPU family."""
     s = run_summary(runs)
     by_id = {r.run_id: r for r in runs.runs}
     s["experiment"] = s["run_id"].map(lambda i: setting_of(by_id[i]))
     s["method"] = s["run_id"].map(lambda i: by_id[i].method_name or by_id[i].method)
+    s["family"] = s["run_id"].map(lambda i: by_id[i].numerics_family)
     return s
 
 
@@ -112,16 +115,15 @@ def diagnostics_table(runs: RunSet) -> pd.DataFrame:
     return table.map(lambda v: "-" if pd.isna(v) else f"{v:.3g}").reset_index()
 
 
-def replication_table(runs: RunSet, other: RunSet) -> pd.DataFrame:
-    """The fp32 cells' own comparisons on each CPU family they were made on (the claims'
-    and the ones set apart): every method's gain over its warm start and every pair of
-    methods' paired difference, sampled (primary) and greedy, so a verdict drawn on one
-    family can be read beside the same seeds on the other."""
-    if not other.runs:
+def replication_table(ours: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFrame:
+    """The fp32 cells' own comparisons on each CPU family they were made on (`ours`, the
+    claims' settings_summary, and `theirs`, the one set apart): every method's gain over its
+    warm start and every pair of methods' paired difference, sampled (primary) and greedy,
+    so a verdict drawn on one family can be read beside the same seeds on the other."""
+    if theirs.empty:
         return pd.DataFrame()
-    family = {r.run_id: r.numerics_family for r in [*runs.runs, *other.runs]}
-    both = pd.concat([settings_summary(runs), settings_summary(other)])
-    both = both[both["experiment"] == FP32].assign(family=lambda d: d["run_id"].map(family))
+    both = pd.concat([ours, theirs])
+    both = both[both["experiment"] == FP32]
     rows = []
     for fam, cells in both.groupby("family", sort=False):
         table = cells.set_index(["method", "seed"])
@@ -155,8 +157,9 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
     acc.to_csv(out / "accuracy.csv", index=False)
     diag = diagnostics_table(runs)
     diag.to_csv(out / "diagnostics.csv", index=False)
-    families = family_table(s, other_family)
-    replication = replication_table(runs, other_family)
+    theirs = settings_summary(other_family) if other_family.runs else pd.DataFrame()
+    families = family_table(s, theirs)
+    replication = replication_table(s, theirs)
     if len(families):
         families.to_csv(out / "families.csv", index=False)
         replication.to_csv(out / "replication.csv", index=False)
@@ -167,7 +170,7 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
         except SkipFigure as e:
             made.append(f"{figure.name} (skipped: {e})")
     shown = shown_claims(claims)[CLAIM_COLUMNS]
-    text = [f"# {title}", "", f"{len(runs.runs)} runs under {', '.join(str(r) for r in roots)}: "
+    text = [f"# {title}", "", f"{len(runs.runs)} runs under {', '.join(shown_path(r) for r in roots)}: "
             f"{', '.join(sorted(set(s['method'])))} in the settings "
             f"{', '.join(settings_order(s['experiment'].unique()))} (sampler precision / "
             "correction; docs/mismatch.md).", "",

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.core.loader import Run, RunSet, load_runs, read_tokens
+from analysis.core.run_dirs import shown_path
 from src.run_vocab import NO_GRADIENT_STATES, upgrade_config
 
 ROW_COLUMNS = ["step", "update", "response_id", "group_id", "position", "token_id",
@@ -243,13 +244,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float) and not np.isfinite(value):
         return None
     return value
-
-
-def shown_path(path: Path) -> str:
-    """A path as the page shows it: relative to the repo when inside it, so a page (or a
-    screenshot of one) names no machine's layout."""
-    path = Path(path).resolve()
-    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
 
 
 def run_info(view: ViewRun) -> dict[str, Any]:
