@@ -3,7 +3,8 @@ figures/paper_grid/ what it draws from experiments/paper_grid, figures/testbed_g
 it draws from experiments/testbed_grid, figures/testbed_lags/ what analysis/lag_report.py
 draws from experiments/testbed_lags with the grid's ramble_1x and 4x ppo as references, and
 figures/lag*/ what it draws from experiments/lag_results*, and figures/mismatch_grid/ what
-analysis/mismatch_report.py draws from experiments/mismatch_grid with testbed_grid's fp32 cells."""
+analysis/mismatch_report.py draws from experiments/mismatch_grid with testbed_grid's fp32 cells,
+and figures/clip_family/ what analysis/clip_family_report.py draws from its default roots."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import lag_report, make_figures, mismatch_report
+from analysis import clip_family_report, lag_report, make_figures, mismatch_report
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS, FIGURES = ROOT / "experiments" / "results", ROOT / "figures"
@@ -21,7 +22,7 @@ TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "r
 
 # figures/lag*/ and figures/testbed_lags/ are lag reports' (analysis/lag_report.py);
 # figures/paper_grid/ and figures/testbed_grid/ are their own roots'.
-OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid", "testbed_lags", "mismatch_grid")
+OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid", "testbed_lags", "mismatch_grid", "clip_family")
 LAG_OUTPUTS = ["REPORT.md", "lag_summary.csv", "lag_claims.csv", "lag_search.csv", "lag_paired.csv",
                "lag_variants.csv"]
 
@@ -94,6 +95,23 @@ def test_committed_mismatch_report_regenerates_from_committed_results(tmp_path, 
     assert code == 0
     written = [n for n in MISMATCH_OUTPUTS if (tmp_path / n).is_file()]
     assert written == [n for n in MISMATCH_OUTPUTS if (figures / n).is_file()]
+    for name in written:
+        assert (tmp_path / name).read_text() == (figures / name).read_text(), name
+    assert {p.name for p in figures.glob("*.png")} == {p.name for p in tmp_path.glob("*.png")}
+
+
+CLIP_FAMILY_OUTPUTS = ["REPORT.md", "claims.csv", "accuracy.csv", "regime.csv"]
+
+
+def test_committed_clip_family_report_regenerates_from_committed_results(tmp_path):
+    """Its default roots (the family, the mismatch grid's Intel fp32 references, and the AMD
+    cells it sets apart), named relative to the repo whatever the working dir."""
+    figures = FIGURES / "clip_family"
+    if not (figures / "REPORT.md").is_file():
+        pytest.skip("no committed clip family report yet")
+    assert clip_family_report.main(["--out", str(tmp_path)]) == 0
+    written = [n for n in CLIP_FAMILY_OUTPUTS if (tmp_path / n).is_file()]
+    assert written == CLIP_FAMILY_OUTPUTS
     for name in written:
         assert (tmp_path / name).read_text() == (figures / name).read_text(), name
     assert {p.name for p in figures.glob("*.png")} == {p.name for p in tmp_path.glob("*.png")}
