@@ -210,6 +210,29 @@ def test_bf16_warm_start_learns_as_the_fp32_one_does(tmp_path):
     assert abs(bf16["sft_loss_final"] - fp32["sft_loss_final"]) < 0.05 * fp32["sft_loss_final"]
 
 
+def test_no_autocast_is_no_context_at_all():
+    """`autocast(device, None)` must not be a disabled torch.autocast: that counts as a
+    nesting level, so a bf16 context inside it would keep its weight casts after exit and
+    the next forward would read weights updated since as they were."""
+    from src.models.tiny import build_tiny_model
+
+    _, _, _, train_tokenizer = _sft_smoke()
+    tokenizer = train_tokenizer(["1+2=3", "4+5=9"] * 20, 320)
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, seed=0)
+    ids = tokenizer(["1+2=3"], return_tensors="pt")["input_ids"]
+    with autocast("cpu", None):
+        with autocast("cpu", "bfloat16"):
+            before = model(ids).logits.float()
+        with torch.no_grad():
+            model.lm_head.weight.mul_(2.0)  # tied: the embedding doubles too
+        with autocast("cpu", "bfloat16"):
+            after = model(ids).logits.float()
+    with autocast("cpu", "bfloat16"):
+        fresh = model(ids).logits.float()
+    assert not torch.equal(before, after)
+    assert torch.equal(after, fresh)
+
+
 def test_each_sft_step_under_autocast_sees_the_weights_of_the_step_before():
     """Step 1's reported loss equals a fresh autocast forward of the weights after step 0
     on batch 1 (the step-0 learning rate does not depend on the step count)."""

@@ -13,6 +13,7 @@ calls the model directly.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
 
@@ -32,11 +33,14 @@ def autocast_dtype(name: str | None) -> torch.dtype | None:
 
 
 def autocast(device: torch.device | str, name: str | None):
-    """`torch.autocast` on `device`'s type in dtype `name`; a no-op context for `None`."""
+    """`torch.autocast` on `device`'s type in dtype `name`; for `None` a context that does
+    nothing at all. Not `torch.autocast(enabled=False)`: that one counts as a level of
+    autocast nesting, so an enabled context inside it no longer drops its cache of bf16
+    weight casts on exit, and weights updated since would be read stale."""
     dtype = autocast_dtype(name)
-    device_type = torch.device(device).type
-    return torch.autocast(device_type=device_type, dtype=dtype or torch.bfloat16,
-                          enabled=dtype is not None)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
 def autocast_forward(model: torch.nn.Module, name: str | None) -> torch.nn.Module:
