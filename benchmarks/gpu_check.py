@@ -1,6 +1,15 @@
-"""GPU check: ppo and bapo at staleness 4 on a locally built, warm-started model.
+"""GPU check: learning first, then timings. Stage 1 reruns the ramble testbed's committed 4x
+cell on the device and reads its gain against the committed seeds; stage 2 warm-starts a
+locally built model, refuses to time it when the warm start did not learn, and times ppo
+and bapo at staleness 4.
 
     python benchmarks/gpu_check.py --out-dir DIR [--device cuda] [--size gpu|cpu|smoke]
+
+Stage 1 (`--testbed ppo,bapo`, the gpu size's default): `experiment=ramble_4x`, seed 0, its
+shipped warm start, everything as committed but the device (benchmarks/gpu_check_gates.py
+says what is compared and how). Stage 2's gate: the warm start's greedy accuracy and the
+share of its responses that end must reach the size's floor (`WARM_START_FLOORS`), or the
+check writes its JSON with status "refused" and exits 1 before any RL run.
 
 `benchmarks/gpu_check.sh` is the entry point (offline install, CUDA-marked tests, then
 this). Nothing is downloaded: the model is the tiny family scaled up (`--size gpu`: 8
@@ -44,6 +53,7 @@ from src.pinning import pin_process  # noqa: E402
 if __name__ == "__main__":
     pin_process()  # the numerics, before torch loads (src/pinning.py)
 
+import gpu_check_gates  # noqa: E402
 import gpu_sizing  # noqa: E402
 import torch  # noqa: E402
 
@@ -105,6 +115,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peak-tflops", type=float,
                    default=float(os.environ["PEAK_TFLOPS"]) if os.environ.get("PEAK_TFLOPS") else None,
                    help="the GPU's dense bf16 peak (default: from the device name)")
+    p.add_argument("--testbed", default=None,
+                   help="stage 1's methods, comma-separated, or none (default: ppo,bapo on the "
+                        "gpu size, none on the others)")
+    p.add_argument("--testbed-override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Hydra override for stage 1 only (repeatable); the run is then "
+                        "reported beside the committed interval, not judged by it")
+    p.add_argument("--min-greedy-accuracy", type=float, default=None,
+                   help="the warm start's floor (default: the size's, WARM_START_FLOORS)")
+    p.add_argument("--min-finished-fraction", type=float, default=None,
+                   help="the floor of the share of warm-start responses that end")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="warm-start cache (default: OUT_DIR/cache, so the warm start is timed)")
     p.add_argument("overrides", nargs="*", help="more Hydra overrides, e.g. train.lr=2e-5")
@@ -221,6 +241,34 @@ def run_method(cfg, task, device: torch.device, run_dir: Path, budget_s: float |
             "backend_stats": getattr(backend, "stats", None)}
 
 
+def run_testbed(methods: list[str], device: torch.device, out: Path, cache: Path,
+                extra: list[str]) -> dict:
+    """Stage 1: each method's run of the committed ramble 4x cell on `device` (a whole run,
+    as `python -m src.run` makes it), its gain against the committed seeds, its step times."""
+    from src.run import execute
+
+    results = {}
+    for m in methods:
+        run_dir = out / "testbed" / m
+        overrides = [f"experiment={gpu_check_gates.TESTBED_EXPERIMENT}", f"method={m}", "seed=0",
+                     f"device={device}", "train.threads=1", f"cache_dir={cache}",
+                     "logger.progress=false", *extra]
+        t0 = time.perf_counter()
+        status = execute(compose(overrides), run_dir, overrides)
+        _synchronize(device)
+        records, evals = read_run(run_dir)
+        comparison = gpu_check_gates.testbed_comparison(m, run_dir)
+        results[m] = {"run_dir": str(run_dir), "status": status, "overrides": overrides,
+                      "wall_s": time.perf_counter() - t0, "comparison": comparison,
+                      "summary": gpu_sizing.summarize_steps(records, evals)}
+        g = comparison["gain_sampled_acc"]
+        print(f"stage 1, {m}: sampled gain {g['run']:+.3f} against the committed "
+              f"{g['committed_mean']:+.3f} (95% prediction interval of one seed "
+              f"{g['prediction_low']:+.3f} .. {g['prediction_high']:+.3f}, n={g['n']}): "
+              f"{comparison['verdict']}; {results[m]['wall_s']:.0f}s", flush=True)
+    return results
+
+
 def read_run(run_dir: Path) -> tuple[list[dict], list[dict]]:
     from analysis.core.loader import read_jsonl
 
@@ -308,6 +356,11 @@ def main(argv: list[str] | None = None) -> int:
            "vllm": _version("vllm"), "python": sys.version.split()[0], "rollout": rollout}
     print(f"== gpu_check: size {size}, {', '.join(methods)} x {steps} steps, {env}", flush=True)
 
+    testbed_methods = (args.testbed if args.testbed is not None
+                       else "ppo,bapo" if size == "gpu" else "none")
+    testbed_methods = [m for m in testbed_methods.split(",") if m and m != "none"]
+    testbed = run_testbed(testbed_methods, device, out, cache, args.testbed_override)
+
     task = build_task(first.task)
     t0 = time.perf_counter()
     model, tokenizer, info = build_model(first.model, task, device, progress=False,
@@ -323,6 +376,22 @@ def main(argv: list[str] | None = None) -> int:
           f"{shape['num_parameters'] / 1e6:.1f}M parameters, greedy accuracy "
           f"{_num(warm['greedy_accuracy'], '.3f')}, KV cache on {kv_device}", flush=True)
     del model
+    floor = dict(gpu_check_gates.WARM_START_FLOORS[size])
+    if args.min_greedy_accuracy is not None:
+        floor["greedy_accuracy"] = args.min_greedy_accuracy
+    if args.min_finished_fraction is not None:
+        floor["finished_fraction"] = args.min_finished_fraction
+    under = gpu_check_gates.warm_start_gate(warm, floor)
+    common = {"size": size, "methods": methods, "steps_per_method": steps, "budget_s": budget,
+              "env": env, "overrides": overrides, "model": shape, "warm_start": warm,
+              "warm_start_floor": floor, "testbed": testbed, "kv_cache_device": kv_device}
+    if under:
+        result = {"status": "refused", "ok": False, "refused_because": under, **common,
+                  "total_s": time.perf_counter() - t_start}
+        (out / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print("REFUSED: no timings of a model that did not learn: " + "; ".join(under) +
+              f"; {out / 'gpu_check.json'}", flush=True)
+        return 1
 
     batch = first.train.prompts_per_step * first.train.group_size
     runs = {}
@@ -346,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{m}: {s['steps']} steps, step {_num(s['time_step_s_mean'], '.2f')}s (rollout "
               f"{_num(s['time_rollout_s_mean'], '.2f')}s, updates {_num(s['time_update_s_mean'], '.2f')}s), "
               f"{_num(s['tokens_per_s_mean'], ',.0f')} tok/s, reward {_num(s['reward_first'], '.3f')}"
-              f" -> {_num(s['reward_last'], '.3f')}, greedy accuracy {s['eval_greedy_accuracy']}",
+              f" -> {_num(s['reward_last'], '.3f')}, greedy accuracy {s['eval_greedy_accuracy']}, "
+              f"sampler_logp_gap {_num(s['sampler_logp_gap_mean'], '.2e')}",
               flush=True)
 
     measured = device.type == "cuda"
@@ -356,10 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = all(r["summary"]["steps"] > 0 for r in runs.values()) and (
         not measured or kv_device.startswith("cuda"))
     result = {
-        "status": "measured" if measured else "dry run", "ok": ok, "size": size,
-        "methods": methods, "steps_per_method": steps, "budget_s": budget, "env": env,
-        "overrides": overrides, "model": shape, "batch": batch, "warm_start": warm,
-        "kv_cache_device": kv_device, "peak_bf16_tflops": peak, "peak_source": peak_source,
+        "status": "measured" if measured else "dry run", "ok": ok, **common, "batch": batch,
+        "peak_bf16_tflops": peak, "peak_source": peak_source,
         "flops_formula": gpu_sizing.FLOPS_FORMULA,
         "runs": runs, "sizing_table_md": table, "total_s": time.perf_counter() - t_start,
     }

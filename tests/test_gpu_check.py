@@ -146,3 +146,109 @@ def test_a_run_that_would_overrun_its_budget_stops_between_steps(tmp_path):
     assert [e["step"] for e in run["evals"]] == [0, 1]
     status = json.loads((tmp_path / "runs" / "ppo" / "status.json").read_text())
     assert status["status"] == "stopped"
+
+
+# --- learning before timings (benchmarks/gpu_check_gates.py) ---------------------------
+
+import gpu_check_gates  # noqa: E402
+
+
+def _gpu_check(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out-dir", str(tmp_path),
+         "--device", "cpu", "--size", "smoke", "--methods", "ppo", *args],
+        capture_output=True, text=True, timeout=600)
+
+
+def test_a_warm_start_under_the_floor_is_refused_before_any_rl_run(tmp_path):
+    """The smoke warm start (8 SFT steps) answers nothing right; with a floor above that the
+    check writes why and exits 1, and no run dir, step or timing exists."""
+    proc = _gpu_check(tmp_path, "--min-greedy-accuracy", "0.5")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert result["status"] == "refused" and result["ok"] is False
+    assert result["warm_start"]["greedy_accuracy"] < 0.5
+    assert result["warm_start_floor"] == {"greedy_accuracy": 0.5, "finished_fraction": 0.0}
+    assert len(result["refused_because"]) == 1 and "greedy accuracy" in result["refused_because"][0]
+    assert "runs" not in result and "sizing_table_md" not in result
+    assert not (tmp_path / "runs").exists()
+    assert "REFUSED" in proc.stdout
+
+
+@pytest.mark.parametrize("warm, floor, named", [
+    ({"greedy_accuracy": 0.3, "finished_fraction": 0.95}, {"greedy_accuracy": 0.1, "finished_fraction": 0.9}, []),
+    ({"greedy_accuracy": 0.1, "finished_fraction": 0.9}, {"greedy_accuracy": 0.1, "finished_fraction": 0.9}, []),
+    ({"greedy_accuracy": 0.0, "finished_fraction": 0.0}, {"greedy_accuracy": 0.1, "finished_fraction": 0.9},
+     ["greedy accuracy", "share of responses"]),
+    ({"greedy_accuracy": 0.5, "finished_fraction": math.nan}, {"greedy_accuracy": 0.1, "finished_fraction": 0.9},
+     ["share of responses"]),
+    ({"greedy_accuracy": None}, {"greedy_accuracy": 0.0, "finished_fraction": 0.0},
+     ["greedy accuracy", "share of responses"]),
+])
+def test_the_gate_names_each_value_under_its_floor(warm, floor, named):
+    problems = gpu_check_gates.warm_start_gate(warm, floor)
+    assert len(problems) == len(named)
+    assert all(n in p for n, p in zip(named, problems, strict=True))
+
+
+def test_every_size_states_its_floor():
+    import gpu_check
+
+    assert set(gpu_check_gates.WARM_START_FLOORS) == set(gpu_check.SIZES)
+    assert gpu_check_gates.WARM_START_FLOORS["gpu"]["greedy_accuracy"] > 0
+    assert gpu_check_gates.WARM_START_FLOORS["gpu"]["finished_fraction"] > 0
+
+
+def test_prediction_interval_by_hand():
+    # values 1..5: mean 3, sd sqrt(2.5); t(0.975, 4) = 2.776 (the reports' 3-decimal table)
+    mean, low, high, n = gpu_check_gates.prediction_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    half = 2.776 * math.sqrt(2.5) * math.sqrt(1.2)
+    assert (mean, n) == (3.0, 5)
+    assert low == pytest.approx(3 - half, abs=1e-6) and high == pytest.approx(3 + half, abs=1e-6)
+    with pytest.raises(ValueError, match="at least 2"):
+        gpu_check_gates.prediction_interval([1.0])
+
+
+def _gain_by_hand(run_dir, metric):
+    """Final window (mean of the last three evals after step 0) minus the step-0 eval."""
+    evals = _metrics(str(run_dir), "eval")
+    start = next(e[metric] for e in evals if e["step"] == 0)
+    tail = [e[metric] for e in evals if e["step"] > 0][-3:]
+    return sum(tail) / len(tail) - start
+
+
+def test_a_committed_seed_is_judged_against_its_own_cell_by_hand():
+    """Seed 3 of the committed ppo cell as if it were the GPU's run: no config difference
+    (the seed, device and threads are ignored) and the interval computed here."""
+    cell = gpu_check_gates.TESTBED_CELL / "ppo" / "train.threads=1"
+    got = gpu_check_gates.testbed_comparison("ppo", cell / "seed3")
+    assert got["config_differs_in"] == [] and got["committed_seeds"] == list(range(8))
+    gains = [_gain_by_hand(d, "sampled_accuracy") for d in sorted(cell.glob("seed*"))]
+    n, mean = len(gains), sum(gains) / len(gains)
+    sd = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1))
+    half = 2.365 * sd * math.sqrt(1 + 1 / n)  # t(0.975, 7), 3 decimals as the reports
+    s = got["gain_sampled_acc"]
+    assert s["run"] == pytest.approx(gains[3], abs=1e-9)
+    assert s["committed_mean"] == pytest.approx(mean, abs=1e-9)
+    assert (s["prediction_low"], s["prediction_high"]) == pytest.approx((mean - half, mean + half), abs=1e-6)
+    assert s["within"] is (mean - half <= gains[3] <= mean + half)
+    assert got["verdict"].startswith("within" if s["within"] else "OUTSIDE")
+
+
+def test_stage_one_reruns_the_committed_cell_and_reports_a_changed_config_beside_it(tmp_path):
+    """Stage 1 at smoke length (1 rollout, 8 eval problems): the run is made as src.run makes
+    it, and since its config differs from the committed cell it is not judged."""
+    proc = _gpu_check(tmp_path, "--testbed", "ppo", "--testbed-override", "train.steps=1",
+                      "--testbed-override", "task.eval_problems=8")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    stage = json.loads((tmp_path / "gpu_check.json").read_text())["testbed"]["ppo"]
+    assert stage["status"] == "finished"
+    differs = stage["comparison"]["config_differs_in"]
+    assert [d.split(":")[0] for d in differs] == ["task.eval_problems", "train.steps"]
+    assert stage["comparison"]["gain_sampled_acc"]["within"] is None
+    assert stage["comparison"]["verdict"].startswith("config differs")
+    run_dir = tmp_path / "testbed" / "ppo"
+    assert stage["comparison"]["gain_sampled_acc"]["run"] == pytest.approx(
+        _gain_by_hand(run_dir, "sampled_accuracy"), abs=1e-9)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert "experiment=ramble_4x" in meta["overrides"]

@@ -307,6 +307,24 @@ def test_a_shipped_build_is_loaded_before_the_cache_and_nothing_is_built(task, t
     assert cached["weights_sha256"] != built["weights_sha256"]
 
 
+def test_a_gpu_run_loads_the_shipped_cpu_build_of_its_configs(task, tmp_path):
+    """A shipped build is what the committed results started from, so a CUDA run of the
+    same configs loads it (before any CUDA call) instead of building its own."""
+    import shutil
+
+    from src.warm_start import cache_key
+
+    _, _, built = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path / "cache", seed=0,
+                             progress=False, shipped_dir=None)
+    shipped = tmp_path / "shipped"
+    shutil.copytree(built["path"], shipped / built["key"])
+    assert cache_key(task, TINY_MODEL, TINY_SFT, 0, device="cuda") != built["key"]
+    _, _, info = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path / "empty", seed=0,
+                            progress=False, device="cuda", shipped_dir=shipped)
+    assert info["path"] == str(shipped / built["key"]) and info["cache_hit"] is True
+    assert info["weights_sha256"] == built["weights_sha256"]
+
+
 def test_a_cache_entry_of_another_numerics_mode_is_set_aside_not_used(task, tmp_path, capsys):
     _, _, built = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path, seed=0, progress=False,
                              shipped_dir=None)

@@ -88,8 +88,9 @@ def warm_start(
     numerics: str = "portable",
     shipped_dir: Path | None = SHIPPED_DIR,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, dict[str, Any]]:
-    """Return (model, tokenizer, info): the shipped build of this key when there is one, else
-    from the cache when present, else trained and cached.
+    """Return (model, tokenizer, info): the shipped build of this key when there is one (on
+    any device: a shipped build is CPU-made), else from the cache when present, else trained
+    and cached.
 
     `info["cache_hit"]` says whether nothing was built; `info["path"]` is the entry loaded.
     The model is fp32 in eval mode, on `device` when it was trained here and on CPU when it
@@ -99,8 +100,13 @@ def warm_start(
     """
     m_cfg, s_cfg = resolve_configs(model_cfg, sft_cfg)
     key = cache_key(task, m_cfg, s_cfg, seed, device=device, autocast=autocast, numerics=numerics)
-    if shipped_dir is not None and (Path(shipped_dir) / key / "info.json").is_file():
-        return _load(Path(shipped_dir) / key, cache_hit=True)
+    # A shipped build is the weights the committed results started from, so a run on a GPU
+    # loads it too (the CPU key of the same configs and autocast): the GPU reruns the
+    # committed setup instead of building another warm start with the GPU's rounding.
+    shipped_key = key if torch.device(device).type == "cpu" else cache_key(
+        task, m_cfg, s_cfg, seed, device="cpu", autocast=autocast, numerics="portable")
+    if shipped_dir is not None and (Path(shipped_dir) / shipped_key / "info.json").is_file():
+        return _load(Path(shipped_dir) / shipped_key, cache_hit=True)
     cache_dir = Path(cache_dir)
     final = cache_dir / key
     if (final / "info.json").is_file():
