@@ -17,6 +17,7 @@ testbed run whose gain is read against the committed seeds.
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +73,8 @@ def prediction_interval(values: list[float]) -> tuple[float, float, float, int]:
     n = len(values)
     if n < 2:
         raise ValueError(f"a prediction interval needs at least 2 committed seeds, got {n}")
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t975(n - 1) * sd * math.sqrt(1 + 1 / n)
+    mean = statistics.fmean(values)
+    half = t975(n - 1) * statistics.stdev(values) * math.sqrt(1 + 1 / n)
     return mean, mean - half, mean + half, n
 
 

@@ -184,14 +184,13 @@ def test_warm_start_under_autocast_is_its_own_cache_entry(tmp_path):
 
 
 def _sft_smoke():
-    from src.models.tokenizer import train_tokenizer
     from src.tasks import get_task
 
     task = get_task("arithmetic", seed=0)
     model_cfg = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "tokenizer_corpus": 2000}
     sft_cfg = {"steps": 40, "batch_size": 16, "lr": 3e-3, "warmup_steps": 5, "pack_len": 128,
                "eval_problems": 2, "eval_samples": 1, "max_new_tokens": 8}
-    return task, model_cfg, sft_cfg, train_tokenizer
+    return task, model_cfg, sft_cfg
 
 
 def test_bf16_warm_start_learns_as_the_fp32_one_does(tmp_path):
@@ -201,7 +200,7 @@ def test_bf16_warm_start_learns_as_the_fp32_one_does(tmp_path):
     Each step's forward in its own context learns as fp32 does, within bf16 rounding."""
     from src.warm_start import warm_start
 
-    task, model_cfg, sft_cfg, _ = _sft_smoke()
+    task, model_cfg, sft_cfg = _sft_smoke()
     _, _, fp32 = warm_start(task, model_cfg, sft_cfg, tmp_path, seed=0, progress=False)
     _, _, bf16 = warm_start(task, model_cfg, sft_cfg, tmp_path, seed=0, progress=False,
                             autocast="bfloat16")
@@ -215,8 +214,8 @@ def test_no_autocast_is_no_context_at_all():
     nesting level, so a bf16 context inside it would keep its weight casts after exit and
     the next forward would read weights updated since as they were."""
     from src.models.tiny import build_tiny_model
+    from src.models.tokenizer import train_tokenizer
 
-    _, _, _, train_tokenizer = _sft_smoke()
     tokenizer = train_tokenizer(["1+2=3", "4+5=9"] * 20, 320)
     model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, seed=0)
     ids = tokenizer(["1+2=3"], return_tensors="pt")["input_ids"]
@@ -237,10 +236,11 @@ def test_each_sft_step_under_autocast_sees_the_weights_of_the_step_before():
     """Step 1's reported loss equals a fresh autocast forward of the weights after step 0
     on batch 1 (the step-0 learning rate does not depend on the step count)."""
     from src.models.tiny import build_tiny_model
+    from src.models.tokenizer import train_tokenizer
     from src.warm_start.settings import resolve_configs
     from src.warm_start.sft import _sft_loss, sft, sft_batch
 
-    task, model_cfg, sft_cfg, train_tokenizer = _sft_smoke()
+    task, model_cfg, sft_cfg = _sft_smoke()
     tokenizer = train_tokenizer(task.corpus(model_cfg["tokenizer_corpus"]), 320)
 
     def fresh():
@@ -252,7 +252,9 @@ def test_each_sft_step_under_autocast_sees_the_weights_of_the_step_before():
     after_step_0 = fresh()
     sft(after_step_0, tokenizer, task, one, seed=0, progress=False, autocast="bfloat16")
     after_step_0.train()
-    batch = sft_batch(tokenizer, [task.problem(16 + j) for j in range(16)], pack_len=128)
+    bsz = sft_cfg["batch_size"]
+    batch = sft_batch(tokenizer, [task.problem(bsz + j) for j in range(bsz)],
+                      pack_len=sft_cfg["pack_len"])
     with torch.no_grad(), autocast("cpu", "bfloat16"):
         fresh_loss = float(_sft_loss(after_step_0, batch, 0.0))
     assert losses[1] == pytest.approx(fresh_loss, abs=1e-5)

@@ -55,8 +55,6 @@ PILOTS: dict[str, dict] = {
     "gpu_bf16_outer": {"task": HARD_TASK, "arch": GPU_SHAPE, "sft": GPU_SFT,
                        "autocast": "bfloat16", "scope": "outer"},
     "gpu_bf16": {"task": HARD_TASK, "arch": GPU_SHAPE, "sft": GPU_SFT, "autocast": "bfloat16"},
-    "cpu_shape_bf16_outer": {"task": HARD_TASK, "arch": CPU_SHAPE, "sft": GPU_SFT,
-                             "autocast": "bfloat16", "scope": "outer"},
     "cpu_shape_bf16": {"task": HARD_TASK, "arch": CPU_SHAPE, "sft": GPU_SFT,
                        "autocast": "bfloat16"},
 }
@@ -128,7 +126,6 @@ LABELS = {
     "gpu_bf16_outer": "77.6M, bf16, one context around the SFT (before the fix)",
     "gpu_bf16": "77.6M, bf16, one context per forward (the fix)",
     "gpu_fp32": "77.6M, fp32",
-    "cpu_shape_bf16_outer": "3.2M, bf16, one context around the SFT (before the fix)",
     "cpu_shape_bf16": "3.2M, bf16, one context per forward (the fix)",
 }
 
