@@ -242,6 +242,20 @@ def test_build_notice_states_the_measured_default_time_only_for_the_default(tmp_
     assert MEASURED_DEFAULT_BUILD not in build_notice(tmp_path, *resolve_configs(TINY_MODEL, TINY_SFT))
 
 
+def test_a_build_without_its_eval_has_the_same_weights_and_no_accuracies(task, tmp_path):
+    # the shipped-build rebuild compares weights only and skips the eval (a tenth of its time)
+    from src.warm_start.cache import build, weights_digest
+
+    m_cfg, s_cfg = resolve_configs(TINY_MODEL, TINY_SFT)
+    _, _, full = build(task, m_cfg, s_cfg, tmp_path / "full", seed=0, progress=False,
+                       device="cpu", autocast=None, numerics="portable")
+    _, _, bare = build(task, m_cfg, s_cfg, tmp_path / "bare", seed=0, progress=False,
+                       device="cpu", autocast=None, numerics="portable", evaluate_after=False)
+    assert weights_digest(tmp_path / "bare") == weights_digest(tmp_path / "full")
+    assert bare["sft_losses"] == full["sft_losses"]
+    assert "greedy_accuracy" in full and "greedy_accuracy" not in bare
+
+
 def test_warm_start_is_deterministic(task, tmp_path):
     m1, _, i1 = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path / "a", seed=0, progress=False)
     m2, _, i2 = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path / "b", seed=0, progress=False)

@@ -2,6 +2,7 @@
 
     python experiments/warm_starts/rebuild.py                 # every shipped build
     python experiments/warm_starts/rebuild.py 5fb97ee7a8113be3
+    python experiments/warm_starts/rebuild.py --eval           # and print the accuracies
     python experiments/warm_starts/rebuild.py --ship task=guess_check   # ship this config's build
 
 Each dir here, `<key>/`, is a warm start as the cache holds it (model and tokenizer saved with
@@ -60,8 +61,9 @@ def reference_digest(info: dict, family: str) -> str | None:
     return info.get("rebuilt_weights_sha256", {}).get(family)
 
 
-def rebuild(entry: Path, scratch: Path) -> dict:
-    """The shipped build in `entry` trained again: its digest and accuracies."""
+def rebuild(entry: Path, scratch: Path, *, evaluate_after: bool = False) -> dict:
+    """The shipped build in `entry` trained again: its digest (and its accuracies where
+    `evaluate_after`; the eval is about a tenth of a rebuild and the digest needs none of it)."""
     from src._numerics import active_mode
     from src.tasks import get_task
     from src.warm_start import build, resolve_configs
@@ -71,7 +73,8 @@ def rebuild(entry: Path, scratch: Path) -> dict:
     task = get_task(task_cfg.pop("name"), **task_cfg)
     m_cfg, s_cfg = resolve_configs(info["model"], info["sft"])
     _, _, built = build(task, m_cfg, s_cfg, scratch / entry.name, seed=int(info["seed"]),
-                        progress=False, device="cpu", autocast=None, numerics=active_mode())
+                        progress=False, device="cpu", autocast=None, numerics=active_mode(),
+                        evaluate_after=evaluate_after)
     return built
 
 
@@ -109,6 +112,9 @@ def main() -> None:
     parser.add_argument("--record", action="store_true",
                         help="store each rebuilt digest as this numerics family's reference "
                              "in info.json where it has none")
+    parser.add_argument("--eval", action="store_true",
+                        help="also evaluate each rebuilt model and print its accuracies beside "
+                             "the shipped ones (about a tenth more time)")
     parser.add_argument("--ship", nargs="*", metavar="OVERRIDE",
                         help="build and ship the warm start of this config (Hydra overrides)")
     args = parser.parse_args()
@@ -132,10 +138,11 @@ def main() -> None:
         for key in keys:
             info_path = HERE / key / "info.json"
             info = json.loads(info_path.read_text())
-            built = rebuild(HERE / key, Path(tmp))
+            built = rebuild(HERE / key, Path(tmp), evaluate_after=args.eval)
             reference, rebuilt = reference_digest(info, family), built["weights_sha256"]
-            accuracy = (f"greedy {info['greedy_accuracy']:.3f} -> {built['greedy_accuracy']:.3f}, "
-                        f"sampled {info['sampled_accuracy']:.3f} -> {built['sampled_accuracy']:.3f}")
+            accuracy = ("; " + (f"greedy {info['greedy_accuracy']:.3f} -> {built['greedy_accuracy']:.3f}, "
+                                f"sampled {info['sampled_accuracy']:.3f} -> "
+                                f"{built['sampled_accuracy']:.3f}") if args.eval else "")
             if reference is None and args.record:
                 info.setdefault("rebuilt_weights_sha256", {})[family] = rebuilt
                 info_path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
@@ -147,7 +154,7 @@ def main() -> None:
                 differ += reference != rebuilt
                 verdict = "identical" if reference == rebuilt else "DIFFERS"
             print(f"{key}: {family} reference {reference}, rebuilt {rebuilt}: {verdict} "
-                  f"(shipped {info['weights_sha256']}; {accuracy})", flush=True)
+                  f"(shipped {info['weights_sha256']}{accuracy})", flush=True)
     raise SystemExit(1 if differ else 3 if unreferenced else 0)
 
 if __name__ == "__main__":

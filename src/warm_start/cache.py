@@ -120,9 +120,12 @@ def warm_start(
 
 
 def build(task: Task, m_cfg: dict[str, Any], s_cfg: dict[str, Any], final: Path, *, seed: int,
-          progress: bool, device: torch.device | str, autocast: str | None,
-          numerics: str) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, dict[str, Any]]:
-    """Train the warm start of resolved configs into the entry `final` (written atomically)."""
+          progress: bool, device: torch.device | str, autocast: str | None, numerics: str,
+          evaluate_after: bool = True,
+          ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, dict[str, Any]]:
+    """Train the warm start of resolved configs into the entry `final` (written atomically).
+    `evaluate_after=False` leaves out the held-out eval (and its accuracies from info.json):
+    a rebuild that only compares weights needs none of it."""
     key = final.name
     print(build_notice(final, m_cfg, s_cfg), flush=True)
     tokenizer = train_tokenizer(task.corpus(int(m_cfg["tokenizer_corpus"])), m_cfg["vocab_size"])
@@ -138,7 +141,8 @@ def build(task: Task, m_cfg: dict[str, Any], s_cfg: dict[str, Any], final: Path,
         seed=seed,
     ).to(device)
     losses, metrics, measured = _sft_and_eval(model, tokenizer, task, s_cfg, seed=seed,
-                                              progress=progress, device=device, autocast=autocast)
+                                              progress=progress, device=device, autocast=autocast,
+                                              evaluate_after=evaluate_after)
     tail = losses[-max(1, len(losses) // 10) :]
     info: dict[str, Any] = {
         "key": key,
@@ -176,10 +180,11 @@ def build(task: Task, m_cfg: dict[str, Any], s_cfg: dict[str, Any], final: Path,
 
 def _sft_and_eval(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: Task,
                   s_cfg: dict[str, Any], *, seed: int, progress: bool, device: torch.device | str,
-                  autocast: str | None) -> tuple[list[float], dict[str, Any], dict[str, Any]]:
-    """The SFT, then the eval, both on `BUILD_THREADS` threads (the eval too, so that
-    info.json is the same) under `autocast`: (losses, eval metrics, the build's numerics
-    fingerprint and timings)."""
+                  autocast: str | None, evaluate_after: bool,
+                  ) -> tuple[list[float], dict[str, Any], dict[str, Any]]:
+    """The SFT, then the eval (unless `evaluate_after` is off), both on `BUILD_THREADS`
+    threads (the eval too, so that info.json is the same) under `autocast`: (losses, eval
+    metrics, the build's numerics fingerprint and timings)."""
     from src._numerics import fingerprint
 
     run_threads = torch.get_num_threads()
@@ -193,18 +198,20 @@ def _sft_and_eval(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, ta
                     "sft_cpu_seconds": time.process_time() - c0,
                     "numerics": fingerprint(threads=BUILD_THREADS)}
         t0 = time.perf_counter()
-        with autocast_context(device, autocast):
-            metrics = evaluate(
-                model,
-                tokenizer,
-                task,
-                task.eval_problems(int(s_cfg["eval_problems"])),
-                num_samples=int(s_cfg["eval_samples"]),
-                temperature=float(s_cfg["eval_temperature"]),
-                max_new_tokens=int(s_cfg["max_new_tokens"]),
-                seed=seed,
-                progress=progress,
-            )
+        metrics: dict[str, Any] = {}
+        if evaluate_after:
+            with autocast_context(device, autocast):
+                metrics = evaluate(
+                    model,
+                    tokenizer,
+                    task,
+                    task.eval_problems(int(s_cfg["eval_problems"])),
+                    num_samples=int(s_cfg["eval_samples"]),
+                    temperature=float(s_cfg["eval_temperature"]),
+                    max_new_tokens=int(s_cfg["max_new_tokens"]),
+                    seed=seed,
+                    progress=progress,
+                )
     finally:
         torch.set_num_threads(run_threads)
     measured["eval_seconds"] = time.perf_counter() - t0
