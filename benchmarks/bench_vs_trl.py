@@ -13,7 +13,13 @@ mini-batch), AdamW at lr 5e-5 constant, fp32, `--threads` threads, no eval. Engi
   run dir with token rows goes to a scratch dir);
 - `trl`: stock `trl.GRPOTrainer` (beta 0, epsilon 0.2, loss_type dapo = token mean, group
   std-normalised rewards, top_k 0, bf16 and gradient checkpointing off, unshuffled prompts);
-- `plug`: the project's `ProjectGRPOTrainer` with the same TRL arguments and its run dir.
+- `plug`: the project's `ProjectGRPOTrainer` with the same TRL arguments and its run dir;
+- `process`: a whole `python -m src.run` process with the same work and the quick start's
+  defaults for everything else (progress bar, token rows, evals every 10 steps, checkpoints
+  every 10), timed on its own step clock (`time_*_s` in metrics.jsonl) and on the wall clock
+  of the whole process (start-up, model load, evals and checkpoints included: the `wall`
+  columns). `process:KEY=VALUE[:KEY=VALUE]` adds Hydra overrides, to take one cost away at a
+  time (e.g. `process:eval.every=1000:checkpoint.every=1000`).
 
 `ENGINE@VAR=VALUE[@VAR=VALUE]` runs an engine with extra environment variables (set
 before torch loads), e.g. OpenMP wait policies. The project's engines import `src` before
@@ -45,24 +51,27 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ENGINES = ("project", "trl", "plug")
+ENGINES = ("project", "trl", "plug", "process")
 LR = 5e-5
 
 
 # -- one engine, in a child process -------------------------------------------------------
 
-def _project_config(a):
-    sys.path.insert(0, str(REPO))
-    from src.build import compose_config
-
-    overrides = [f"method={a.method}", f"train.staleness={a.staleness}",
+def _work_overrides(a) -> list[str]:
+    """The race's work as Hydra overrides, the same for every engine."""
+    return [f"method={a.method}", f"train.staleness={a.staleness}",
                  f"train.prompts_per_step={a.prompts}", f"train.group_size={a.group_size}",
                  f"rollout.max_new_tokens={a.max_new_tokens}", f"train.threads={a.threads}",
                  # AdamW, as TRL's trainer uses: the CPU default is SGD, which would race
                  # a cheaper optimizer step against TRL's
-                 "train.optimizer=adamw", f"train.lr={LR}", "logger.progress=false",
-                 f"cache_dir={a.cache_dir}"]
-    return compose_config(overrides)
+                 "train.optimizer=adamw", f"train.lr={LR}", f"cache_dir={a.cache_dir}"]
+
+
+def _project_config(a):
+    sys.path.insert(0, str(REPO))
+    from src.build import compose_config
+
+    return compose_config([*_work_overrides(a), "logger.progress=false"])
 
 
 def _model(cfg, a):
@@ -103,6 +112,29 @@ def run_project(a) -> list[dict]:
                       "updates": total - gen - behaviour,
                       "tokens": rec["response_length_mean"] * a.prompts * a.group_size})
     writer.close()
+    return steps[a.warmup:]
+
+
+def run_process(a) -> list[dict]:
+    """`python -m src.run` as a user starts it; per step its own clock, and the whole
+    process's wall clock spread over the steps (`wall`), so that tokens over the summed
+    `wall` is tokens per second of the process's life."""
+    run_dir = Path(tempfile.mkdtemp(prefix="bench-process-")) / "run"
+    steps_total = a.warmup + a.steps
+    cmd = [sys.executable, "-m", "src.run", *_work_overrides(a), f"train.steps={steps_total}",
+           *a.process_overrides, f"hydra.run.dir={run_dir}"]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"python -m src.run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = []
+    for rec in (r for r in records if r["kind"] == "step"):
+        gen, behaviour, total = rec["time_rollout_s"], rec["time_behavior_s"], rec["time_step_s"]
+        steps.append({"step": total, "generation": gen, "behaviour": behaviour,
+                      "updates": total - gen - behaviour, "wall": wall / steps_total,
+                      "tokens": rec["response_length_mean"] * a.prompts * a.group_size})
     return steps[a.warmup:]
 
 
@@ -192,7 +224,10 @@ def child(a) -> None:
         from src.pinning import pin_process
 
         pin_process()  # as `python -m src.run` does: the project's pins first
-    steps = run_project(a) if a.child == "project" else run_trl(a, plug=a.child == "plug")
+    if a.child == "process":
+        steps = run_process(a)
+    else:
+        steps = run_project(a) if a.child == "project" else run_trl(a, plug=a.child == "plug")
     print("BENCH " + json.dumps(steps), flush=True)
 
 
@@ -200,6 +235,7 @@ def child(a) -> None:
 
 def _engine_env(engine: str) -> tuple[str, dict[str, str]]:
     name, *settings = engine.split("@")
+    name = name.split(":")[0]
     if name not in ENGINES:
         raise SystemExit(f"--engines: unknown engine {name!r}; choose from {', '.join(ENGINES)}")
     env = {}
@@ -211,6 +247,16 @@ def _engine_env(engine: str) -> tuple[str, dict[str, str]]:
     return name, env
 
 
+def _process_overrides(engine: str) -> list[str]:
+    """`process:KEY=VALUE:KEY=VALUE@VAR=VALUE` -> the Hydra overrides after `process`."""
+    name, *overrides = engine.split("@")[0].split(":")
+    bad = [o for o in overrides if "=" not in o]
+    if bad or (overrides and name != "process"):
+        raise SystemExit(f"--engines: {engine!r}: only `process` takes overrides, as "
+                         "process:KEY=VALUE[:KEY=VALUE]")
+    return overrides
+
+
 def _run_child(engine: str, a, shape: dict) -> list[dict]:
     name, extra = _engine_env(engine)
     cmd = [sys.executable, __file__, "--child", name, "--method", a.method,
@@ -220,6 +266,7 @@ def _run_child(engine: str, a, shape: dict) -> list[dict]:
            "--max-new-tokens", str(shape["max_new_tokens"])]
     if shape["force_length"]:
         cmd.append("--force-length")
+    cmd += [f"--process-override={o}" for o in _process_overrides(engine)]
     env = {**os.environ, **extra}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     lines = [x for x in done.stdout.splitlines() if x.startswith("BENCH ")]
@@ -237,9 +284,18 @@ def _summary(rounds: list[list[dict]]) -> dict:
                for k in ("step", "generation", "behaviour", "updates")}
         row["tokens/s"] = sum(s["tokens"] for s in steps) / sum(s["step"] for s in steps)
         row["tokens/step"] = statistics.mean(s["tokens"] for s in steps)
+        if "wall" in steps[0]:  # the process engine: its life's wall clock, spread per step
+            row["wall"] = statistics.median(s["wall"] for s in steps)
+            row["wall tokens/s"] = sum(s["tokens"] for s in steps) / sum(s["wall"] for s in steps)
         per_round.append(row)
     return {k: statistics.median(r[k] for r in per_round) for k in per_round[0]} | {
+        "per_round_wall_tokens/s": [r.get("wall tokens/s") for r in per_round],
         "per_round_tokens/s": [r["tokens/s"] for r in per_round]}
+
+
+def _wall_rate(summary: dict) -> float:
+    """Tokens per second of a whole process where the engine is one, else of its steps."""
+    return summary.get("wall tokens/s", summary["tokens/s"])
 
 
 def _load() -> str:
@@ -262,18 +318,21 @@ def race(a, engines: list[str], shape: dict, label: str) -> dict[str, dict]:
             print(f"  round {r + 1} {engine}: step {s['step']:.2f} s, {s['tokens/s']:.0f} tokens/s "
                   f"({time.perf_counter() - t0:.0f} s with start-up; {_load()})", flush=True)
     summary = {e: _summary(results[e]) for e in engines}
-    print("\n| engine | step s | generation s | behaviour s | updates s | tokens/step | tokens/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| engine | step s | generation s | behaviour s | updates s | tokens/step | tokens/s "
+          "| wall s per step | wall tokens/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for e, s in summary.items():
+        wall = (f"{s['wall']:.2f} | {s['wall tokens/s']:.0f}" if "wall" in s else "- | -")
         print(f"| {e} | {s['step']:.2f} | {s['generation']:.2f} | {s['behaviour']:.2f} | "
-              f"{s['updates']:.2f} | {s['tokens/step']:.0f} | {s['tokens/s']:.0f} |")
+              f"{s['updates']:.2f} | {s['tokens/step']:.0f} | {s['tokens/s']:.0f} | {wall} |")
     return summary
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engines", default="project,trl,plug",
-                   help="comma-separated: project, trl, plug, each optionally @VAR=VALUE...")
+                   help="comma-separated: project, trl, plug, process[:KEY=VALUE...], each "
+                        "optionally @VAR=VALUE...")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=10)
@@ -291,6 +350,8 @@ def main() -> None:
                         "responses (64 new tokens), forced lengths, project vs trl")
     p.add_argument("--json", help="also write the summaries here")
     p.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
+    p.add_argument("--process-override", dest="process_overrides", action="append", default=[],
+                   help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
         child(a)
@@ -299,6 +360,7 @@ def main() -> None:
     engines = a.engines.split(",")
     for engine in engines:
         _engine_env(engine)
+        _process_overrides(engine)
     out = {}
     if a.scaling:
         if a.engines == p.get_default("engines"):
@@ -328,6 +390,9 @@ def main() -> None:
                                            summary[e]["per_round_tokens/s"], strict=True)]
             print(f"{base} / {e} tokens per second: {ratio:.2f}x "
                   f"(per round: {', '.join(f'{x:.2f}' for x in pairs)})")
+            if "wall" in summary[base] or "wall" in summary[e]:
+                print(f"{base} / {e} on the wall clock where an engine has one: "
+                      f"{_wall_rate(summary[base]) / _wall_rate(summary[e]):.2f}x")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
 
