@@ -21,6 +21,9 @@ A target is `met` when its interval settles it (target 1: the mean at least +0.1
 interval above 0; target 2: 4x's gain interval above 0 and the paired 4x - 1x interval below
 0); `not met` when the interval settles the other side or the mean misses a range; and
 `not settled` otherwise. One seed gives no interval, so nothing is `met` on one seed.
+
+`--testbed smol` judges the pretrained testbed (smol_1x, smol_4x) into its own pair of files,
+`testbed_judgement_smol.md` and `testbed_grid_rows_smol.csv`.
 """
 
 from __future__ import annotations
@@ -41,7 +44,12 @@ from analysis.core.stats import fmt_ci, mean_ci  # noqa: E402
 from src.config_fields import config_exit  # noqa: E402
 from src.lifecycle import read_status  # noqa: E402
 
-MD, CSV = HERE / "testbed_judgement.md", HERE / "testbed_grid_rows.csv"
+
+def outputs(testbed: str) -> tuple[Path, Path]:
+    """The judgement and its per-run rows for `testbed`: the ramble testbed's keep the names
+    they were committed under, every other testbed gets its own pair."""
+    suffix = "" if testbed == "ramble" else f"_{testbed}"
+    return HERE / f"testbed_judgement{suffix}.md", HERE / f"testbed_grid_rows{suffix}.csv"
 CELLS = (("1x", "ppo"), ("4x", "ppo"), ("4x", "bapo"))
 
 
@@ -76,12 +84,12 @@ def merge_rows(kept: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
             .sort_values(["cell", "seed", "pilot"]).reset_index(drop=True))
 
 
-def check_one_level(rows: pd.DataFrame) -> pd.DataFrame:
+def check_one_level(rows: pd.DataFrame, csv_name: str) -> pd.DataFrame:
     """`rows`, unless a seed of a cell appears under two override levels (two thread
     counts, say), which would count one seed twice in the intervals."""
     dupes = rows[rows.duplicated(["cell", "seed"], keep=False)]
     if len(dupes):
-        config_exit(f"{CSV.name} holds one seed of a cell twice under different override "
+        config_exit(f"{csv_name} holds one seed of a cell twice under different override "
                     f"levels ({sorted(set(dupes['pilot']))}); judge one level: remove the "
                     "other level's rows from the CSV or its runs from --runs")
     return rows
@@ -181,23 +189,24 @@ def main() -> None:
                              "experiments/testbed_grid)")
     parser.add_argument("--testbed", default="ramble")
     args = parser.parse_args()
+    md, csv = outputs(args.testbed)
     measured = collect(args.runs, args.testbed)
-    kept = pd.read_csv(CSV) if CSV.is_file() else measured.iloc[:0]
-    rows = check_whole_tokens(check_one_level(merge_rows(kept, measured)))
-    rows.to_csv(CSV, index=False, float_format="%.4f")
+    kept = pd.read_csv(csv) if csv.is_file() else measured.iloc[:0]
+    rows = check_whole_tokens(check_one_level(merge_rows(kept, measured), csv.name))
+    rows.to_csv(csv, index=False, float_format="%.4f")
     seeds = {c: sorted(cell(rows, c).index) for _, c in rows[["cell"]].drop_duplicates().itertuples()}
     lines = ["| target | measured (mean ± 95% t half-width over seeds) | verdict |", "|---|---|---|"]
     lines += [f"| {t} | {m} | {v} |" for t, m, v in judge(rows)]
-    MD.write_text(
+    md.write_text(
         f"# The testbed targets judged on the grid's seeds ({args.testbed})\n\n"
         "Written by `testbed_judge.py` from the testbed grid's run dirs: bapo 4x's band mass "
         "and length ratio from its whole token rows (an export keeps only a sample, so those "
         "runs are rerun bit for bit), every other column from metrics.jsonl and meta.json, "
-        "which an export keeps whole; per-run rows in `testbed_grid_rows.csv`, gathered over "
+        f"which an export keeps whole; per-run rows in `{csv.name}`, gathered over "
         "sessions (a row stays when its run dir is gone). Seeds per cell: "
         + "; ".join(f"{c}: {s}" for c, s in seeds.items()) + ".\n\n" + "\n".join(lines) + "\n\n"
-        + TARGET_2_NOTE + "\n")
-    print(MD.read_text())
+        + (TARGET_2_NOTE + "\n" if args.testbed == "ramble" else ""))
+    print(md.read_text())
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from experiments.calibration.testbed_judge import (
     in_range,
     judge,
     merge_rows,
+    outputs,
 )
 from tests.conftest import config_error
 
@@ -108,9 +109,9 @@ def test_bapo_without_whole_token_rows_is_refused_with_the_rerun_command(capsys)
 def test_one_seed_under_two_override_levels_is_refused(capsys):
     rows = pd.DataFrame([{"cell": "ppo 4x", "pilot": "train.threads=1", "seed": 0},
                          {"cell": "ppo 4x", "pilot": "train.threads=2", "seed": 0}])
-    line = config_error(capsys, lambda: check_one_level(rows))
+    line = config_error(capsys, lambda: check_one_level(rows, "testbed_grid_rows.csv"))
     assert line.startswith("testbed_grid_rows.csv holds one seed of a cell twice") and "train.threads=2" in line
-    assert len(check_one_level(rows.iloc[:1])) == 1
+    assert len(check_one_level(rows.iloc[:1], "testbed_grid_rows.csv")) == 1
 
 
 def test_token_stats_are_not_taken_from_an_exports_sample(tmp_path):
@@ -146,3 +147,11 @@ def test_token_stats_leave_out_a_delay_queues_warm_up(tmp_path):
     assert token_stats(tmp_path)["band_mass"] == pytest.approx(0.7 / 1.7)
     (tmp_path / "config.yaml").write_text("offpolicy: {source: delay, delay: 1}\n")
     assert token_stats(tmp_path)["band_mass"] == 0.0
+
+
+def test_each_testbed_judges_into_its_own_files():
+    # the ramble testbed's judgement keeps its committed names; another never overwrites it
+    md, csv = outputs("ramble")
+    assert (md.name, csv.name) == ("testbed_judgement.md", "testbed_grid_rows.csv")
+    md, csv = outputs("smol")
+    assert (md.name, csv.name) == ("testbed_judgement_smol.md", "testbed_grid_rows_smol.csv")
