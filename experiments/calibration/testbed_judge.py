@@ -50,6 +50,8 @@ def outputs(testbed: str) -> tuple[Path, Path]:
     they were committed under, every other testbed gets its own pair."""
     suffix = "" if testbed == "ramble" else f"_{testbed}"
     return HERE / f"testbed_judgement{suffix}.md", HERE / f"testbed_grid_rows{suffix}.csv"
+
+
 CELLS = (("1x", "ppo"), ("4x", "ppo"), ("4x", "bapo"))
 
 
