@@ -85,6 +85,7 @@ def test_a_settings_own_check_names_its_key():
         compose(["eval.samples=0"])
 
 
+@pytest.mark.slow
 def test_help_shows_each_settings_help_text():
     proc = subprocess.run([sys.executable, "-m", "src.run", "--help"], cwd=REPO,
                           capture_output=True, text=True, timeout=300, check=True)

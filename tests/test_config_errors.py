@@ -127,6 +127,7 @@ def _cli(args, tmp_path, env=None):
     return proc
 
 
+@pytest.mark.slow
 def test_a_key_of_another_method_names_the_methods_that_own_it(tmp_path):
     proc = _cli(["method.bapo.rho0=0.3"], tmp_path)
     assert proc.returncode == 2
@@ -152,6 +153,7 @@ def test_resume_true_as_the_readme_writes_it():
     assert compose([]).resume == "auto"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_a_gpu_is_a_config_error(tmp_path):
     proc = _cli(["device=cuda"], tmp_path)
@@ -160,6 +162,7 @@ def test_cuda_without_a_gpu_is_a_config_error(tmp_path):
     assert "sees no CUDA device on this machine; use device=cpu" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
 def test_vllm_without_the_package_is_a_config_error(tmp_path):
     proc = _cli(["rollout=vllm"], tmp_path)
@@ -167,6 +170,7 @@ def test_vllm_without_the_package_is_a_config_error(tmp_path):
     assert proc.stderr.strip().startswith("config error: rollout.backend=vllm needs the vllm")
 
 
+@pytest.mark.slow
 def test_dataset_task_without_data_says_where_to_put_it(tmp_path):
     # Offline: the hub answers at once instead of after its retries.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -187,6 +191,7 @@ def test_dataset_task_without_data_says_where_to_put_it(tmp_path):
         "problem, answer, solution)")
 
 
+@pytest.mark.slow
 def test_hf_model_from_a_dir_as_the_readme_writes_it(tmp_path, smoke_overrides):
     """`model.kind=hf model.path=<dir>`: here the dir is a warm start saved by HF."""
     from src.run import execute
@@ -229,6 +234,7 @@ def test_unusable_paths_are_config_errors(tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing made, no probe left
 
 
+@pytest.mark.slow
 def test_a_parameter_under_another_methods_section_names_its_owner(tmp_path):
     proc = _cli(["method.ppo.rho0=0.4"], tmp_path)
     assert proc.returncode == 2
@@ -246,6 +252,7 @@ def test_a_parameter_under_another_methods_section_names_its_owner(tmp_path):
         "use method.bapo.dual_clip_c")
 
 
+@pytest.mark.slow
 def test_help_lists_only_the_groups_src_run_takes():
     proc = subprocess.run([sys.executable, "-m", "src.run", "--help"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
@@ -258,6 +265,7 @@ def test_help_lists_only_the_groups_src_run_takes():
     assert groups == expected and "integrations" not in groups
 
 
+@pytest.mark.slow
 def test_cfg_job_warns_when_the_config_would_not_run(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "src.run", "--cfg", "job", "train.lr=inf",
                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True,

@@ -50,6 +50,7 @@ def smoke_runs(tmp_path_factory, smoke_overrides):
     return {m: run_smoke(base, [*smoke_overrides, f"method={m}"], m) for m in METHODS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 def test_smoke_run_dir_is_complete(smoke_runs, method):
     run_dir = smoke_runs[method]
@@ -94,6 +95,7 @@ def test_smoke_run_dir_is_complete(smoke_runs, method):
         assert (per_update == in_loss["tokens_in_loss"]).all()
 
 
+@pytest.mark.slow
 def test_bapo_logs_bounds_from_its_grid(smoke_runs):
     updates = read_metrics(smoke_runs["bapo"])["update"]
     for u in updates:
@@ -102,6 +104,7 @@ def test_bapo_logs_bounds_from_its_grid(smoke_runs):
         assert math.isclose(u["c_high"], 1.2 + steps_high * 0.05, abs_tol=1e-9)
 
 
+@pytest.mark.slow
 def test_same_seed_same_metrics(tmp_path, smoke_overrides):
     runs = [run_smoke(tmp_path, [*smoke_overrides, "method=bapo"], f"r{i}") for i in range(2)]
     a, b = (read_metrics(r) for r in runs)
@@ -136,6 +139,7 @@ def test_staleness_4x_drift_grows_with_update_index(tmp_path, smoke_overrides):
     assert slope > 0
 
 
+@pytest.mark.slow
 def test_cli_runs_and_skips_finished(tmp_path, smoke_overrides):
     run_dir = tmp_path / "cli"
     cmd = [sys.executable, "-m", "src.run", *smoke_overrides, "method=ppo", "train.steps=1",
@@ -187,6 +191,7 @@ def test_wandb_logger_stays_offline(tmp_path, smoke_overrides, monkeypatch):
     assert offline, "wandb should have written an offline run inside the run dir"
 
 
+@pytest.mark.slow
 def test_multirun_sweeps_methods_into_their_run_dirs(tmp_path, smoke_overrides):
     cmd = [sys.executable, "-m", "src.run", "-m", *smoke_overrides, "method=ppo,top_entropy",
            "train.steps=1", f"hydra.sweep.dir={tmp_path}"]

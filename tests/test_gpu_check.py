@@ -13,6 +13,9 @@ import pytest
 
 from tests.conftest import REPO
 
+# the check's stages run whole (smoke-size) runs: the slow tier
+pytestmark = pytest.mark.slow
+
 sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_sizing  # noqa: E402
 

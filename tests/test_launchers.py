@@ -222,6 +222,7 @@ def wandb_records(path: Path):
             break
 
 
+@pytest.mark.slow
 def test_the_default_launcher_runs_one_after_another_through_the_same_wrapper(tmp_path, overrides):
     # `python experiments/run_sweep.py NAME` without a launcher: Hydra's basic launcher, one
     # process, the same checks, progress and summary.

@@ -120,6 +120,7 @@ def _loaded(args: list[str], env_extra: dict[str, str] | None = None) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("avx2" not in cpu_model_and_flags()[1], reason="needs an x86-64 CPU with AVX2")
 def test_torch_dispatches_to_avx2_in_portable_mode_and_to_its_own_best_in_native():
     import torch

@@ -51,6 +51,7 @@ def _plugs() -> list[str]:
     return plugs
 
 
+@pytest.mark.slow
 def test_importing_the_vocabulary_analysis_or_a_plug_changes_nothing_in_the_process():
     modules = ["src", "src.run_vocab", *_analysis_modules(), *_plugs()]
     # The libraries the plugs build on are loaded first: what they set is theirs, in the

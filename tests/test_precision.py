@@ -148,6 +148,7 @@ def test_update_zero_is_on_policy_under_autocast_and_the_step_moves_the_policy()
     assert float((after - logp_b)[data.response_mask].abs().max()) > 1e-3
 
 
+@pytest.mark.slow
 def test_run_under_bf16_autocast_stays_on_policy_at_update_zero(tmp_path, smoke_overrides):
     """The behaviour pass and update 0 see the same weights under the same autocast, so
     their log-probs agree bit for bit; the rollout's sampler log-probs are fp32 and close."""
@@ -193,6 +194,7 @@ def _sft_smoke():
     return task, model_cfg, sft_cfg
 
 
+@pytest.mark.slow
 def test_bf16_warm_start_learns_as_the_fp32_one_does(tmp_path):
     """The GPU check's plateau, at a size CPU runs in seconds: with one autocast context
     around the whole SFT, autocast's cache kept step 0's bf16 casts of every Linear weight,

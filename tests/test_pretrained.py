@@ -64,6 +64,7 @@ def test_the_packaged_gguf_loads_as_the_model_it_was_written_from(fake, tmp_path
     assert parts.info["path"] == f"package:{PACKAGE}" and parts.info["gguf_file"] == FILE
 
 
+@pytest.mark.slow
 def test_a_smol_run_killed_after_a_checkpoint_resumes_to_the_same_numbers(fake, tmp_path,
                                                                           monkeypatch):
     """`python -m src.run experiment=smol_smoke`, on the fake package: SIGKILLed after its

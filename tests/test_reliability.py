@@ -56,6 +56,7 @@ def kill_after_checkpoint(overrides, run_dir, step: int) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, smoke_overrides):
     overrides = [*smoke_overrides, "method=bapo", "train.steps=5", "checkpoint.every=1",
                  "checkpoint.keep=2", "eval.every=2"]
@@ -187,6 +188,7 @@ def test_all_equal_rewards_are_counted_not_divided_by(tmp_path, smoke_overrides,
             assert (update["c_low"], update["c_high"]) == (0.6, 1.2)
 
 
+@pytest.mark.slow
 def test_config_dir_untouched_outside_run_and_cache(tmp_path, smoke_overrides):
     before = {p for p in REPO.rglob("*") if ".git" not in p.parts}
     execute(compose([*smoke_overrides, "train.steps=1"]), tmp_path / "run")

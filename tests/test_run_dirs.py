@@ -128,6 +128,7 @@ def _snapshot(run_dir: Path) -> dict[str, bytes]:
             if p.is_file() and p.name != ".lock"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", ["finished", "running"])
 def test_a_dir_made_with_another_config_is_refused(finished_run, status, tmp_path, monkeypatch,
                                                    capsys):
@@ -149,6 +150,7 @@ def test_a_dir_made_with_another_config_is_refused(finished_run, status, tmp_pat
     assert _snapshot(run_dir) == before
 
 
+@pytest.mark.slow
 def test_a_key_the_old_run_did_not_have_is_a_difference(finished_run, tmp_path, monkeypatch,
                                                         capsys):
     source, args = finished_run
@@ -162,6 +164,7 @@ def test_a_key_the_old_run_did_not_have_is_a_difference(finished_run, tmp_path, 
     assert "train.epochs is 1 here but not set there" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_display_settings_still_skip_the_finished_run(finished_run, monkeypatch, capsys):
     run_dir, args = finished_run
     before = _snapshot(run_dir)
@@ -183,6 +186,7 @@ def test_display_settings_still_skip_the_finished_run(finished_run, monkeypatch,
         (["method=ppo,nope"], "method: unknown option 'nope'"),
     ],
 )
+@pytest.mark.slow
 def test_multirun_checks_every_job_before_any_runs(sweep, names, tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = subprocess.run(

@@ -31,6 +31,7 @@ def holder(tmp_path):
         proc.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_a_second_process_exits_2_naming_the_holder(holder, tmp_path):
     run_dir, proc = holder
     cache = tmp_path / "cache"

@@ -6,11 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from analysis import make_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_script_mode_reports_made_and_skipped(tmp_path, write_run):
     runs = tmp_path / "runs"
     write_run(runs, "ppo", 1, 0, steps=2)

@@ -175,6 +175,7 @@ def test_make_figures_writes_outputs_not_figures_by_default():
     assert make_figures.parse_args([]).out == "outputs/figures"
 
 
+@pytest.mark.slow
 def test_make_figures_leaves_no_stale_file(tmp_path, write_run):
     root = tmp_path / "runs"
     write_run(root, "ppo", 2, 0)

@@ -14,6 +14,9 @@ import pytest
 
 from analysis import clip_family_report, lag_report, make_figures, mismatch_report
 
+# regenerations of committed reports and whole runs: the slow tier
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS, FIGURES = ROOT / "experiments" / "results", ROOT / "figures"
 TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "runs.csv",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from analysis import make_figures
@@ -20,6 +21,7 @@ def test_peer_methods_have_fixed_distinct_colours_after_the_paper_grid():
     assert style.method_order(PEERS) == PEERS  # ppo, clip_higher, bapo, then the peers in order
 
 
+@pytest.mark.slow
 def test_fig11_and_the_report_show_every_peer(tmp_path, write_run, opts):
     root = tmp_path / "runs"
     for method in PEERS:

@@ -278,6 +278,7 @@ def test_suites_that_differ_only_in_steps_are_told_apart_by_the_steps_column(tmp
     assert claims["claim"].str.contains(f"minibatch mode, {2 * STEPS} steps").all()
 
 
+@pytest.mark.slow
 def test_figure_and_report_from_coin_flip_runs(coin_flip_runs, opts, tmp_path):
     root, runs = coin_flip_runs
     mini = runs.subset(lambda r: r.cfg("train.staleness_mode") == "minibatch")

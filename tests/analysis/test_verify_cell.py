@@ -83,6 +83,7 @@ def _cli(*args):
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_exit_codes_tell_a_missing_cell_from_a_difference(tmp_path, write_run):
     run = write_run(tmp_path / "runs", "bapo", 4, 0, steps=3, tokens_per_step=320)
     results = tmp_path / "results"
@@ -120,6 +121,7 @@ def test_exit_codes_tell_a_missing_cell_from_a_difference(tmp_path, write_run):
     assert going.returncode == 2 and "is not finished (status.json: running)" in going.stderr
 
 
+@pytest.mark.slow
 def test_a_rerun_that_cannot_start_is_its_own_exit_code(tmp_path, write_run):
     run = write_run(tmp_path / "runs", "bapo", 4, 0, steps=3, tokens_per_step=320)
     results = tmp_path / "results"
