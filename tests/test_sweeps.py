@@ -89,6 +89,7 @@ def test_random_reward_sweep_is_the_issues_cells():
     assert len(run_sweep.sweep_grids("random_reward")) == 4  # one multirun per part
 
 
+@pytest.mark.slow  # every cell of every sweep: about 35 s in all
 @pytest.mark.parametrize("name,part,grid", GRIDS, ids=[f"{n}-{i}" for n, i, _ in GRIDS])
 def test_every_grid_runs_seed_outermost(name, part, grid):
     # Hydra runs the first key outermost: a sweep stopped part-way has whole seeds.

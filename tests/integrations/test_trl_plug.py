@@ -167,6 +167,7 @@ def test_incompatible_trl_knobs_fail_by_name(tmp_path, tokenizer, dataset, knob,
                            args=grpo_args(tmp_path, **{knob: value}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(METHODS))  # every registered method
 def test_trains_and_writes_run_dir(tmp_path, tokenizer, dataset, method):
     import pyarrow.parquet as pq
