@@ -233,32 +233,27 @@ def child(a) -> None:
 
 # -- the race, in the parent --------------------------------------------------------------
 
-def _engine_env(engine: str) -> tuple[str, dict[str, str]]:
-    name, *settings = engine.split("@")
-    name = name.split(":")[0]
+def _parse_engine(engine: str) -> tuple[str, dict[str, str], list[str]]:
+    """`NAME[:KEY=VALUE...][@VAR=VALUE...]` -> (name, extra environment, Hydra overrides);
+    only `process` takes overrides."""
+    head, *settings = engine.split("@")
+    name, *overrides = head.split(":")
     if name not in ENGINES:
         raise SystemExit(f"--engines: unknown engine {name!r}; choose from {', '.join(ENGINES)}")
+    if [o for o in overrides if "=" not in o] or (overrides and name != "process"):
+        raise SystemExit(f"--engines: {engine!r}: only `process` takes overrides, as "
+                         "process:KEY=VALUE[:KEY=VALUE]")
     env = {}
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--engines: {item!r} in {engine!r} is not VAR=VALUE")
         env[key] = value
-    return name, env
-
-
-def _process_overrides(engine: str) -> list[str]:
-    """`process:KEY=VALUE:KEY=VALUE@VAR=VALUE` -> the Hydra overrides after `process`."""
-    name, *overrides = engine.split("@")[0].split(":")
-    bad = [o for o in overrides if "=" not in o]
-    if bad or (overrides and name != "process"):
-        raise SystemExit(f"--engines: {engine!r}: only `process` takes overrides, as "
-                         "process:KEY=VALUE[:KEY=VALUE]")
-    return overrides
+    return name, env, overrides
 
 
 def _run_child(engine: str, a, shape: dict) -> list[dict]:
-    name, extra = _engine_env(engine)
+    name, extra, overrides = _parse_engine(engine)
     cmd = [sys.executable, __file__, "--child", name, "--method", a.method,
            "--staleness", str(a.staleness), "--threads", str(a.threads),
            "--warmup", str(a.warmup), "--steps", str(a.steps), "--cache-dir", a.cache_dir,
@@ -266,7 +261,7 @@ def _run_child(engine: str, a, shape: dict) -> list[dict]:
            "--max-new-tokens", str(shape["max_new_tokens"])]
     if shape["force_length"]:
         cmd.append("--force-length")
-    cmd += [f"--process-override={o}" for o in _process_overrides(engine)]
+    cmd += [f"--process-override={o}" for o in overrides]
     env = {**os.environ, **extra}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     lines = [x for x in done.stdout.splitlines() if x.startswith("BENCH ")]
@@ -359,8 +354,7 @@ def main() -> None:
     print(f"machine: {_load()}", flush=True)
     engines = a.engines.split(",")
     for engine in engines:
-        _engine_env(engine)
-        _process_overrides(engine)
+        _parse_engine(engine)
     out = {}
     if a.scaling:
         if a.engines == p.get_default("engines"):
