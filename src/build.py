@@ -88,7 +88,8 @@ def build_backend(rollout: RolloutConfig, model, tokenizer, *, model_path: str |
     if rollout.backend == "hf":
         from src.rollout.hf import HFRollout
 
-        return HFRollout(model, tokenizer, precision=rollout.precision, **dict(rollout.params))
+        return HFRollout(model, tokenizer, precision=rollout.precision,
+                         sampler_entropy=rollout.behaviour == "sampler", **dict(rollout.params))
     from src.rollout.vllm import VLLMRollout  # GPU path; imported only when chosen
 
     params = dict(rollout.params)
@@ -103,12 +104,14 @@ def build_optimizer(train: TrainConfig, model):
     # Only the weights that train (model.freeze_*, model.lora_r): frozen ones hold no
     # optimizer state. With nothing frozen this is every parameter, in the same order.
     params = [p for p in model.parameters() if p.requires_grad]
+    # fused=None is torch's default: the per-tensor loop on CPU (what committed runs used)
+    kernel = {"fused": True} if t.fused_optimizer else {}
     if t.optimizer == "sgd":
         optimizer = torch.optim.SGD(params, lr=t.lr, momentum=t.betas[0],
-                                    weight_decay=t.weight_decay)
+                                    weight_decay=t.weight_decay, **kernel)
     else:
         optimizer = torch.optim.AdamW(params, lr=t.lr, betas=tuple(t.betas),
-                                      weight_decay=t.weight_decay)
+                                      weight_decay=t.weight_decay, **kernel)
     warmup = max(t.warmup_steps * updates_per_rollout(t), 0)  # warmup_steps counts rollouts
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warmup) if warmup else 1.0)

@@ -153,6 +153,14 @@ class RolloutConfig:
     precision: str = setting("fp32", "the sampler's weights: fp32 (the trainer's own model) | bf16 "
                              "| fp16 | int8 (W8A8 dynamic, as a quantized engine; "
                              "src/rollout/sampler_precision.py)", one_of(PRECISIONS))
+    # Where a rollout's behaviour log-probs (and entropies) come from. scored: the trainer's
+    # own pass over the mini-batch tensors, so update 0's ratio is 1 bit for bit. sampler:
+    # the decode loop's own numbers, which skips that pass (about a fifth of a step) but
+    # differs from it by the kernels' rounding (a KV-cached decode against one forward);
+    # docs/pretrained.md measures both.
+    behaviour: str = setting("scored", "scored (the trainer's pass) | sampler (the decode loop's "
+                             "log-probs and entropies; hf backend, fp32, top_p 1; no pass)",
+                             one_of(("scored", "sampler")))
     params: dict[str, Any] = setting({}, "backend-specific")
 
 
@@ -205,6 +213,12 @@ class TrainConfig:
                              "for every method", one_of(OPTIMIZERS))
     lr: float = setting(0.005, "one rate for every method (SGD); 0.03 collapsed the policy, "
                         "0.01 swung", finite_above(0))
+    # torch's fused CPU kernels take one pass per tensor instead of several: on
+    # SmolLM2-135M's 272 tensors an AdamW step took 4-6x less time (benchmarks/README.md),
+    # but their rounding differs from the default loop in the last bit of a few weights,
+    # so it is opt-in: committed runs used the loop.
+    fused_optimizer: bool = setting(False, "true: torch's fused AdamW/SGD kernel (faster; last "
+                                    "bits differ from the default per-tensor loop)")
     weight_decay: float = setting(0.0, "decoupled weight decay", finite_at_least(0))
     betas: list[float] = setting([0.9, 0.999], "adamw's betas; sgd's momentum is betas[0]")
     warmup_steps: int = setting(0, "linear learning-rate warmup, in steps", at_least(0))
@@ -565,12 +579,32 @@ def _check_rollout(c: Config) -> None:
     _require(not correction.bypass_mode or c.offpolicy.anchor == "coupled", "correction.bypass_mode",
              f"=true takes the ratio against the sampler, which replaces the anchor; it needs "
              f"offpolicy.anchor=coupled, got {c.offpolicy.anchor}")
+    if c.rollout.behaviour == "sampler":
+        _check_sampler_behaviour(c, correction.active)
     if correction.active:
         from src.schedule.sources import SOURCES
 
         _require(SOURCES[c.offpolicy.source].sampler_logprobs, "correction",
                  f"needs the sampler's log-probs, which offpolicy.source={c.offpolicy.source} "
                  "does not keep; use correction=none")
+
+
+def _check_sampler_behaviour(c: Config, correcting: bool) -> None:
+    """rollout.behaviour=sampler stands for the trainer's pass only where the sampler is the
+    trainer's own fp32 weights drawing from the distribution the trainer scores."""
+    key, why = "rollout.behaviour", "=sampler takes the decode loop's log-probs as the behaviour pass's"
+    _require(c.rollout.backend == "hf", key, f"{why}; the vllm backend keeps no entropies: use "
+             "rollout.behaviour=scored")
+    _require(c.rollout.precision == "fp32", key, f"{why}, so the sampler must be the trainer's "
+             f"own fp32 weights, got rollout.precision={c.rollout.precision}; use "
+             "rollout.behaviour=scored")
+    _require(c.rollout.top_p == 1.0, key, f"{why}, which are of the top-p filtered "
+             f"distribution at rollout.top_p={c.rollout.top_p}, not the one the trainer scores; "
+             "use rollout.top_p=1.0 or rollout.behaviour=scored")
+    _require(not correcting, key, f"{why}, so a mismatch correction would correct nothing; "
+             "use correction=none or rollout.behaviour=scored")
+    _require(c.offpolicy.source != "partial", key, f"{why}; partial rollouts score their "
+             "continued tokens per version: use rollout.behaviour=scored")
 
 
 def to_container(config: Config) -> dict:

@@ -93,16 +93,27 @@ class Generation:
         return out
 
     def rollout(self, slot: int) -> StoredRollout:
-        """Sample, score and reward the rollout of `slot` with the current weights."""
+        """Sample, score and reward the rollout of `slot` with the current weights. Under
+        rollout.behaviour=sampler it is stored with the sampler's log-probs and entropies as
+        its behaviour pass, which then never runs."""
         problems, roll = self.sample(slot, self.cfg.rollout.max_new_tokens)
         scores = torch.tensor([self.task.score(problems[g], text)
                                for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
-        return self.reward(slot, roll, scores, self.version)
+        if self.cfg.rollout.behaviour != "sampler":
+            return self.reward(slot, roll, scores, self.version)
+        out = self.reward(slot, roll, scores, self.version)
+        out.logp_behavior, out.entropy_behavior = roll.sampler_logp, roll.sampler_entropy
+        # No pass, so no gap between sampler and trainer is measured: None, not 0.
+        out.readings = step_readings([roll.sampler_entropy[roll.response_mask]], [])
+        return out
 
     def behaviour_now(self, stored: StoredRollout) -> None:
         """The behaviour pass of a rollout trained at a later step, by the weights that just
         generated it, on the exact mini-batch tensors it will be trained on (its split is
-        that of the step it is trained at, `stored.slot`)."""
+        that of the step it is trained at, `stored.slot`). Nothing to do where the rollout
+        came with its behaviour numbers (rollout.behaviour=sampler)."""
+        if stored.logp_behavior is not None:
+            return
         t0 = time.perf_counter()
         parts = minibatch_rows(self.cfg.train, stored.data, step_seed(self.cfg.seed, stored.slot))
         entropies, gaps = [], []

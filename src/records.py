@@ -83,7 +83,8 @@ def step_without_data(step: int) -> dict[str, Any]:
 def step_readings(entropies: list[Tensor], sampler_gaps: list[Tensor]) -> dict[str, float | None]:
     """The step record's entropy_mean and sampler_logp_gap from the generated rollout's
     response tokens, given per mini-batch (concatenated in that order, then averaged)."""
-    ent, gap = torch.cat(entropies), torch.cat(sampler_gaps)
+    ent = torch.cat(entropies)
+    gap = torch.cat(sampler_gaps) if sampler_gaps else torch.zeros(0)
     return {"entropy_mean": float(ent.mean()) if ent.numel() else None,
             "sampler_logp_gap": float(gap.mean()) if gap.numel() else None}
 

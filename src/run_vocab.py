@@ -106,10 +106,10 @@ ADDED_SECTIONS = {
                   "delay": None, "delay_start": None, "replay_capacity": None, "replay_draws": None,
                   "token_budget": None, "mask_stale_prefix": None},
     "numerics": "native",
-    "train": {"minibatch_split": "responses"},
+    "train": {"minibatch_split": "responses", "fused_optimizer": False},
     # The mismatch work: the sampler in the trainer's own fp32 weights, evals at T = 1 (the
     # only temperature runs could use before), no correction.
-    "rollout": {"precision": "fp32"},
+    "rollout": {"precision": "fp32", "behaviour": "scored"},
     "eval": {"temperature": 1.0},
     # the warm start's SFT without label smoothing (every shipped build); the pretrained
     # model's keys (no GGUF file, every weight trained)

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from src.algorithms.entropy import token_entropy
+
 try:  # transformers >= 4.56: caches are lists of layers
     from transformers.cache_utils import Cache, DynamicLayer
 except ImportError:  # older: the model's own DynamicCache
@@ -42,6 +44,9 @@ class Decoded:
     tokens: Tensor  # [B, T] long: the response tokens, pad after the first EOS
     logp: Tensor  # [B, T] float32: the sampler's log-prob of each token (0 after EOS)
     lengths: Tensor  # [B] long: tokens generated per row, EOS included
+    # [B, T] float32: the entropy of softmax(logits / T) at each token, as the trainer's
+    # scoring pass defines it (no top-p, no EOS mask); None unless asked (`with_entropy`)
+    entropy: Tensor | None = None
 
 
 @functools.cache
@@ -193,13 +198,16 @@ def _draw(logits: Tensor, no_eos: bool, eos_token_id: int, *, greedy: bool, temp
 def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
            max_new_tokens: int, eos_token_id: int, pad_token_id: int,
            temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
-           min_new_tokens: int = 0, generator: torch.Generator | None = None) -> Decoded:
+           min_new_tokens: int = 0, generator: torch.Generator | None = None,
+           with_entropy: bool = False) -> Decoded:
     """Sample (or greedily decode) up to `max_new_tokens` tokens after each left-padded
     prompt row; a row ends at its first EOS.
 
     `generator`: the random stream of the draws (None: torch's default generator).
     `min_new_tokens`: EOS is masked out (logit -inf) before that many tokens, like HF's
     `MinNewTokensLengthLogitsProcessor`; for timing fixed-length responses.
+    `with_entropy`: also the entropy of each step's distribution (`rollout.behaviour=sampler`
+    stores it as the behaviour entropy); the tokens and log-probs are the same either way.
     """
     _check_sampling(max_new_tokens, temperature, top_p, greedy)
     cache_arg, keeps_logits = _forward_args(type(model))
@@ -208,6 +216,7 @@ def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
     tokens = torch.full((batch, max_new_tokens), pad_token_id, dtype=torch.long)
     logps = torch.zeros(batch, max_new_tokens)
     lengths = torch.full((batch,), max_new_tokens, dtype=torch.long)
+    entropies = torch.zeros(batch, max_new_tokens) if with_entropy else None
 
     mask = prompt_mask.long().to(device)
     positions = (mask.cumsum(dim=-1) - 1).masked_fill(mask == 0, 0)
@@ -218,6 +227,9 @@ def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
     next_position = positions[:, -1:] + 1
     rows = torch.arange(batch)  # original row of each row still decoding
     for step in range(max_new_tokens):
+        if entropies is not None:  # before the draw, which may mask EOS in `logits` in place
+            entropies[rows, step] = token_entropy(
+                logits if temperature == 1.0 else logits / temperature).cpu()
         token, logp = _draw(logits, step < min_new_tokens, eos_token_id, greedy=greedy,
                             temperature=temperature, top_p=top_p, generator=generator)
         token_cpu = token.cpu()
@@ -240,4 +252,4 @@ def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
                        position_ids=next_position, use_cache=True,
                        **{cache_arg: cache}).logits[:, -1].to(torch.float32, copy=True)
         next_position = next_position + 1
-    return Decoded(tokens, logps, lengths)
+    return Decoded(tokens, logps, lengths, entropies)

@@ -20,6 +20,9 @@ class Rollout:
     sampler_logp: Tensor  # [B, T] float32, the sampler's own log-probs (0 on padding)
     texts: list[str]  # decoded responses, special tokens removed
     group_ids: Tensor  # [B] prompt index within the rollout
+    # [B, T] float32, the entropy of the distribution each token was drawn from (0 on
+    # padding); kept only under rollout.behaviour=sampler, else None
+    sampler_entropy: Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -42,6 +45,8 @@ class Rollout:
             sampler_logp=self.sampler_logp[rows][:, :t_keep],
             texts=[self.texts[i] for i in rows.tolist()],
             group_ids=self.group_ids[rows],
+            sampler_entropy=None if self.sampler_entropy is None
+            else self.sampler_entropy[rows][:, :t_keep],
         )
 
 

@@ -21,10 +21,12 @@ class HFRollout:
     in `precision`."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                 batch_size: int = 512, min_new_tokens: int = 0, precision: str = "fp32"):
+                 batch_size: int = 512, min_new_tokens: int = 0, precision: str = "fp32",
+                 sampler_entropy: bool = False):
         """`min_new_tokens`: no EOS before that many tokens (for timing fixed-length
         responses; 0, the default, samples the policy as it is). `precision`: the
-        sampler's weights (`rollout.precision`)."""
+        sampler's weights (`rollout.precision`). `sampler_entropy`: rollouts also keep the
+        entropy of every drawn token's distribution (`rollout.behaviour=sampler`)."""
         if min_new_tokens < 0:
             raise ValueError(f"rollout.params.min_new_tokens must be >= 0, got {min_new_tokens}")
         self.model = model
@@ -32,6 +34,7 @@ class HFRollout:
         self.batch_size = batch_size
         self.min_new_tokens = min_new_tokens
         self.precision = precision
+        self.sampler_entropy = sampler_entropy
         self._sampler = sampler_copy(model, precision)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
@@ -103,7 +106,8 @@ class HFRollout:
                              prompt_mask[start:start + self.batch_size].to(device),
                              max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id,
                              pad_token_id=tok.pad_token_id, temperature=temperature, top_p=top_p,
-                             min_new_tokens=self.min_new_tokens, generator=generator)
+                             min_new_tokens=self.min_new_tokens, generator=generator,
+                             with_entropy=self.sampler_entropy)
                 chunks.append(out)
         finally:
             model.train(was_training)
@@ -117,4 +121,6 @@ class HFRollout:
         return Rollout(prompt_ids=prompt_ids, prompt_mask=prompt_mask.bool(),
                        response_ids=response_ids, response_mask=response_mask,
                        sampler_logp=sampler_logp, texts=texts,
-                       group_ids=torch.arange(len(prompts)).repeat_interleave(num_samples))
+                       group_ids=torch.arange(len(prompts)).repeat_interleave(num_samples),
+                       sampler_entropy=torch.cat([c.entropy[:, :width] for c in chunks])
+                       if self.sampler_entropy else None)

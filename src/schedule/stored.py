@@ -87,6 +87,8 @@ def concat_rollouts(parts: list[Rollout], pad_id: int = 0) -> Rollout:
         sampler_logp=torch.cat([_pad_right(r.sampler_logp, t, 0.0) for r in parts]),
         texts=[text for r in parts for text in r.texts],
         group_ids=torch.cat([r.group_ids + off for r, off in zip(parts, offsets, strict=True)]),
+        sampler_entropy=None if any(r.sampler_entropy is None for r in parts)
+        else torch.cat([_pad_right(r.sampler_entropy, t, 0.0) for r in parts]),
     )
 
 
