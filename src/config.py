@@ -603,8 +603,11 @@ def _check_sampler_behaviour(c: Config, correcting: bool) -> None:
              "use rollout.top_p=1.0 or rollout.behaviour=scored")
     _require(not correcting, key, f"{why}, so a mismatch correction would correct nothing; "
              "use correction=none or rollout.behaviour=scored")
-    _require(c.offpolicy.source != "partial", key, f"{why}; partial rollouts score their "
-             "continued tokens per version: use rollout.behaviour=scored")
+    from src.schedule.sources import SOURCES
+
+    _require(SOURCES[c.offpolicy.source].whole_rollouts, key, f"{why}; offpolicy.source="
+             f"{c.offpolicy.source} builds responses across policy versions, whose tokens are "
+             "scored per version: use rollout.behaviour=scored")
 
 
 def to_container(config: Config) -> dict:

@@ -60,7 +60,7 @@ def test_the_decode_loops_entropy_is_the_scoring_passes(temperature):
     ("rollout.precision=int8", "must be the trainer's own fp32 weights"),
     ("rollout.top_p=0.9", "use rollout.top_p=1.0"),
     ("correction=tis", "a mismatch correction would correct nothing"),
-    ("offpolicy.source=partial", "partial rollouts score their continued tokens"),
+    ("offpolicy.source=partial", "offpolicy.source=partial builds responses across policy versions"),
     ("rollout.behaviour=trainer", "must be one of"),
 ])
 def test_a_sampler_that_is_not_the_trainers_distribution_is_refused(smoke_overrides, override, says):

@@ -104,6 +104,10 @@ class Source:
     # the mismatch corrections (src/corrections/) read them. A source that rebuilds responses
     # without them sets False, and a run asking it for a correction stops before any work.
     sampler_logprobs: ClassVar[bool] = True
+    # Whether a rollout comes whole from `Generation.rollout`, one policy version per response,
+    # so that rollout.behaviour=sampler can store the sampler's numbers as its behaviour pass.
+    # A source that builds responses across versions sets False, and the config refuses it.
+    whole_rollouts: ClassVar[bool] = True
 
     @classmethod
     def from_params(cls, params: SourceParams) -> Source:

@@ -67,6 +67,7 @@ class Partial(Source):
             "at most `token_budget` tokens a step")
     rank = 3
     Params = PartialParams
+    whole_rollouts = False  # a response's tokens come from several versions
 
     def __init__(self, token_budget: int, mask_stale_prefix: bool):
         self.token_budget, self.mask_stale_prefix = token_budget, mask_stale_prefix
