@@ -1,6 +1,7 @@
 """The committed figures/ are what analysis/make_figures.py draws from experiments/results,
 figures/paper_grid/ what it draws from experiments/paper_grid, figures/testbed_grid/ what
-it draws from experiments/testbed_grid, figures/testbed_lags/ what analysis/lag_report.py
+it draws from experiments/testbed_grid, figures/smol_grid/ what it draws from
+experiments/smol_grid, figures/testbed_lags/ what analysis/lag_report.py
 draws from experiments/testbed_lags with the grid's ramble_1x and 4x ppo as references, and
 figures/lag*/ what it draws from experiments/lag_results*, and figures/mismatch_grid/ what
 analysis/mismatch_report.py draws from experiments/mismatch_grid with testbed_grid's fp32 cells,
@@ -25,14 +26,16 @@ TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "r
 
 # figures/lag*/ and figures/testbed_lags/ are lag reports' (analysis/lag_report.py);
 # figures/paper_grid/ and figures/testbed_grid/ are their own roots'.
-OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid", "testbed_lags", "mismatch_grid", "clip_family")
+OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid", "testbed_lags", "mismatch_grid", "clip_family",
+               "smol_grid")
 LAG_OUTPUTS = ["REPORT.md", "lag_summary.csv", "lag_claims.csv", "lag_search.csv", "lag_paired.csv",
                "lag_variants.csv"]
 
 
 @pytest.mark.parametrize("runs, figures", [("experiments/results", FIGURES),
                                            ("experiments/paper_grid", FIGURES / "paper_grid"),
-                                           ("experiments/testbed_grid", FIGURES / "testbed_grid")])
+                                           ("experiments/testbed_grid", FIGURES / "testbed_grid"),
+                                           ("experiments/smol_grid", FIGURES / "smol_grid")])
 def test_committed_report_regenerates_from_committed_results(tmp_path, monkeypatch, runs, figures):
     if not ((ROOT / runs).is_dir() and (figures / "REPORT.md").is_file()):
         pytest.skip(f"no committed results yet ({runs}, {figures / 'REPORT.md'})")
