@@ -214,9 +214,10 @@ class TrainConfig:
     lr: float = setting(0.005, "one rate for every method (SGD); 0.03 collapsed the policy, "
                         "0.01 swung", finite_above(0))
     # torch's fused CPU kernels take one pass per tensor instead of several: on
-    # SmolLM2-135M's 272 tensors an AdamW step took 4-6x less time (benchmarks/README.md),
-    # but their rounding differs from the default loop in the last bit of a few weights,
-    # so it is opt-in: committed runs used the loop.
+    # SmolLM2-135M's 272 tensors an AdamW step alone took 4-6x less time, yet a whole
+    # smol_4x step did not move (1.00x, benchmarks/README.md). Their rounding differs from
+    # the default loop in the last bit of a few weights, so it is opt-in: committed runs
+    # used the loop.
     fused_optimizer: bool = setting(False, "true: torch's fused AdamW/SGD kernel (faster; last "
                                     "bits differ from the default per-tensor loop)")
     weight_decay: float = setting(0.0, "decoupled weight decay", finite_at_least(0))

@@ -99,9 +99,9 @@ class Generation:
         problems, roll = self.sample(slot, self.cfg.rollout.max_new_tokens)
         scores = torch.tensor([self.task.score(problems[g], text)
                                for g, text in zip(roll.group_ids.tolist(), roll.texts, strict=True)])
-        if self.cfg.rollout.behaviour != "sampler":
-            return self.reward(slot, roll, scores, self.version)
         out = self.reward(slot, roll, scores, self.version)
+        if self.cfg.rollout.behaviour != "sampler":
+            return out
         out.logp_behavior, out.entropy_behavior = roll.sampler_logp, roll.sampler_entropy
         # No pass, so no gap between sampler and trainer is measured: None, not 0.
         out.readings = step_readings([roll.sampler_entropy[roll.response_mask]], [])

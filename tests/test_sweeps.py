@@ -91,7 +91,6 @@ def test_random_reward_sweep_is_the_issues_cells():
     assert len(run_sweep.sweep_grids("random_reward")) == 4  # one multirun per part
 
 
-@pytest.mark.slow  # every cell of every sweep: about 35 s in all
 @pytest.mark.parametrize("name,part,grid", GRIDS, ids=[f"{n}-{i}" for n, i, _ in GRIDS])
 def test_every_grid_runs_seed_outermost(name, part, grid):
     # Hydra runs the first key outermost: a sweep stopped part-way has whole seeds.
@@ -113,6 +112,7 @@ def validate_with_or_without_extra(cfg, monkeypatch) -> None:
         validate(cfg)
 
 
+@pytest.mark.slow  # every cell of every sweep composed: about 35 s in all
 @pytest.mark.parametrize("name,part,grid", GRIDS, ids=[f"{n}-{i}" for n, i, _ in GRIDS])
 def test_every_cell_composes_and_validates(name, part, grid, monkeypatch):
     keys = [k for k in grid if k != "seed"]
