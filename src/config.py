@@ -43,6 +43,7 @@ from src.schedule.sources import SOURCES, checked_params, offpolicy_fields
 from src.schedule.split import SPLITS, STALENESS_MODES, minibatch_size
 
 OPTIMIZERS = ("adamw", "sgd")
+COMPILE_BACKENDS = ("none", "inductor", "aot_eager")  # train.compile
 
 
 @dataclass
@@ -220,6 +221,14 @@ class TrainConfig:
     # used the loop.
     fused_optimizer: bool = setting(False, "true: torch's fused AdamW/SGD kernel (faster; last "
                                     "bits differ from the default per-tensor loop)")
+    # torch.compile of the scoring forward (behaviour pass, old log-probs, each update's
+    # forward and backward), never of the decode loop, whose KV cache changes shape every
+    # token. dynamic=True: every mini-batch has another padded length. inductor writes its own
+    # kernels, so the numbers leave the pinned numerics mode's: opt-in, committed runs are
+    # eager. aot_eager traces the same graphs without generating kernels (checks the wiring).
+    compile: str = setting("none", "none | inductor (torch.compile's CPU/GPU kernels for the "
+                           "scoring forward; the first calls compile) | aot_eager (trace only)",
+                           one_of(COMPILE_BACKENDS))
     weight_decay: float = setting(0.0, "decoupled weight decay", finite_at_least(0))
     betas: list[float] = setting([0.9, 0.999], "adamw's betas; sgd's momentum is betas[0]")
     warmup_steps: int = setting(0, "linear learning-rate warmup, in steps", at_least(0))

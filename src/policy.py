@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -110,14 +111,16 @@ def _keeps_logits(model_type: type) -> bool:
 
 
 def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: bool = True,
-                      temperature: float = 1.0) -> tuple[Tensor, Tensor | None]:
+                      temperature: float = 1.0, forward: Callable | None = None
+                      ) -> tuple[Tensor, Tensor | None]:
     """logp [B, T] of the sampled response tokens and entropy [B, T] of the full
     next-token distribution at each response position, both of `softmax(logits / temperature)`
     (the rollout's sampling distribution).
 
     Position ids follow the attention mask, as in HF generate with left padding, so the
     trainer scores exactly the context the sampler saw. The LM head runs on the response
-    positions only where the model allows it (`logits_to_keep`).
+    positions only where the model allows it (`logits_to_keep`). `forward` stands for
+    `model.forward` (a compiled one, `Scorer`); the model's own by default.
     """
     device = next(model.parameters()).device
     input_ids = torch.cat([batch.prompt_ids, batch.response_ids], dim=1).to(device)
@@ -125,8 +128,8 @@ def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: b
     position_ids = (attention.long().cumsum(dim=1) - 1).clamp(min=0)
     t_len = batch.response_ids.shape[1]
     kwargs = {"logits_to_keep": t_len + 1} if _keeps_logits(type(model)) else {}
-    logits = model(input_ids=input_ids, attention_mask=attention.long(),
-                   position_ids=position_ids, use_cache=False, **kwargs).logits
+    logits = (forward or model)(input_ids=input_ids, attention_mask=attention.long(),
+                                position_ids=position_ids, use_cache=False, **kwargs).logits
     # Position p_len - 1 + t predicts response token t. Score the t_len + 1 positions from
     # p_len - 1 on (the last one, which predicts nothing, gets a dummy target and is dropped):
     # with logits_to_keep that is the whole, contiguous output, so nothing is copied.
@@ -155,6 +158,13 @@ class Scorer:
     model: torch.nn.Module
     temperature: float = 1.0
     micro_batch_size: int | None = None
+    # train.compile: "none" scores eagerly; a torch.compile backend compiles the model's
+    # forward for scoring only (the decode loop keeps the eager module and its KV cache).
+    compile: str = "none"
+
+    def __post_init__(self) -> None:
+        self._forward = None if self.compile == "none" else torch.compile(
+            self.model.forward, backend=self.compile, dynamic=True)
 
     @property
     def device(self) -> torch.device:
@@ -168,7 +178,7 @@ class Scorer:
     def forward(self, data: Rollout, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
         """One forward over `data` as given (one micro-batch), with grad if it is enabled."""
         return response_logprobs(self.model, data, with_entropy=with_entropy,
-                                 temperature=self.temperature)
+                                 temperature=self.temperature, forward=self._forward)
 
     def __call__(self, data: Rollout, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
         """logp and entropy [b, T] of a batch, one forward per micro-batch."""
