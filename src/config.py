@@ -557,7 +557,29 @@ def validate(cfg: DictConfig | dict) -> Config:
     checked_params(config.offpolicy, config)  # the source's own keys and checks
     _check_rest(config)
     _check_rollout(config)
+    _check_compile(config)
     return config
+
+
+def _check_compile(c: Config) -> None:
+    """train.compile=inductor builds kernels at the first scoring pass: on a CPU with a C++
+    compiler, on a GPU with triton. Without one, torch fails minutes into the run."""
+    if c.train.compile != "inductor":
+        return
+    from src.device import pick_device
+    from src.models.packaged import has_module
+
+    if pick_device(c.device).type == "cuda":
+        _require(has_module("triton"), "train.compile", "=inductor on a GPU needs the triton "
+                 "package, which is not installed; install it or use train.compile=none")
+        return
+    import os
+    import shutil
+
+    compilers = [x for x in (os.environ.get("CXX"), "g++", "clang++", "c++") if x]
+    _require(any(shutil.which(x) for x in compilers), "train.compile",
+             f"=inductor on the CPU needs a C++ compiler; none of {compilers} is on PATH: install "
+             "one (Debian: apt install g++) or use train.compile=none")
 
 
 def _check_rollout(c: Config) -> None:

@@ -71,3 +71,16 @@ def test_an_unknown_backend_is_refused_naming_the_choices():
     with pytest.raises(ConfigError, match=r"train.compile must be one of.*inductor"):
         compose(["train.compile=tvm"])
 
+
+
+def test_inductor_without_a_cpu_compiler_is_refused_before_any_work(monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(ConfigError, match=r"train.compile =inductor on the CPU needs a C\+\+ "
+                                          r"compiler; none of \['g\+\+', 'clang\+\+', 'c\+\+'\]"):
+        compose(["train.compile=inductor"])
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/g++" if name == "g++" else None)
+    assert compose(["train.compile=inductor"]).train.compile == "inductor"
+    assert compose(["train.compile=aot_eager"]).train.compile == "aot_eager"  # needs no compiler
