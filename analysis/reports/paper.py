@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.claims import verdicts
-from analysis.claims.batch import batch_claims
+from analysis.claims.batch import BatchControl, batch_claims, controls_present
 from analysis.claims.paper import claims_table
 from analysis.claims.random_reward import random_suites, suite_claims
 from analysis.core.final import FINAL_EVALS
@@ -133,15 +133,20 @@ def _batch_lines(summary: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
     shown = shown_claims(claims)[["claim", "paper", "measured", "criterion", "verdict",
                                   "after Holm", "note"]]
     return ["## Staleness against data and batch size", "",
-            "The grid's 4x - 1x compares at equal updates, but 1x trains on 128 responses per "
-            "update and 4x on mini-batches of 32 of a quarter as many rollouts. The 1x control "
-            "at the 4x update size (ramble_1x_b32: 32 responses per update, a fresh rollout "
-            "each update, 120 updates) separates the two: 4x - 1x_b32 is the cost of staleness "
-            "at equal update size and data, 1x_b32 - 1x the cost of the smaller batch and data. "
-            "Paired by seed; primary metric greedy, as the control's sweep declared before its "
-            "runs.", "",
+            *[_batch_intro(c) for c in controls_present(summary)],
             f"Verdicts: {verdict_counts(claims)}.", "", holm_counts(claims), "",
             md_table(shown), ""], claims
+
+
+def _batch_intro(c: BatchControl) -> str:
+    size = c.full // 4
+    return (f"The grid's 4x - 1x compares at equal updates, but 1x trains on {c.full} responses "
+            f"per update and 4x on mini-batches of {size} of a quarter as many rollouts. The 1x "
+            f"control at the 4x update size ({c.experiment}: {size} responses per update, a "
+            "fresh rollout each update, 120 updates) separates the two: 4x - "
+            f"{c.control} is the cost of staleness at equal update size and data, {c.control} "
+            "- 1x the cost of the smaller batch and data. Paired by seed; primary metric "
+            f"{c.metric_name}, as the control's sweep declared before its runs.\n")
 
 
 def write_report(

@@ -118,3 +118,31 @@ def test_the_batch_control_rows_pair_cells_named_by_experiment_across_suites():
     assert list(missing["verdict"]) == ["no data", "no data", "held"]
     assert "sweep `testbed_batch_control`" in missing["note"].iat[0]
     assert batch_claims(pd.DataFrame(rows).assign(experiment="staleness_4x")).empty
+
+
+def test_the_pretrained_testbeds_batch_rows_read_its_own_cells_and_primary_metric():
+    """smol_1x_b8 is smol_4x's update size (8 responses); its sweep declared sampled accuracy
+    the primary metric, so these rows judge sampled, greedy beside it."""
+    from analysis.claims.batch import batch_claims
+
+    # sampled by seed: 1x 0.50, 0.60, 0.55; 1x_b8 0.40, 0.42, 0.47; 4x 0.35, 0.40, 0.56
+    sampled = {"smol_1x": (0.50, 0.60, 0.55), "smol_1x_b8": (0.40, 0.42, 0.47),
+               "smol_4x": (0.35, 0.40, 0.56)}
+    rows = [{"suite": "b8" if exp.endswith("b8") else "grid", "experiment": exp,
+             "method": "ppo", "staleness": 4 if exp == "smol_4x" else 1, "seed": seed,
+             "final_sampled_acc": v, "final_greedy_acc": 0.5}
+            for exp, values in sampled.items() for seed, v in enumerate(values)]
+    c = batch_claims(pd.DataFrame(rows))
+    assert len(c) == 3 and c["claim"].str.contains("ramble").sum() == 0
+    reuse, batch = (c[c["claim"].str.contains(t)].iloc[0]
+                    for t in ("equal update size", "smaller batch"))
+    # 4x - 1x_b8 by seed: -0.05, -0.02, +0.09: mean 0.02/3, not settled either way
+    assert reuse["value"] == pytest.approx(0.02 / 3) and reuse["verdict"] == "not settled"
+    assert "ppo 4x - 1x_b8 (8 responses per update, 960 in all, each" in reuse["claim"]
+    assert "final sampled accuracy of 4x minus 1x_b8" in reuse["criterion"]
+    # 1x_b8 - 1x: -0.10, -0.18, -0.08: mean -0.12, sd 0.0529, ± 4.303 * 0.0529 / sqrt 3 = 0.131
+    assert batch["value"] == pytest.approx(-0.12)
+    assert "1x_b8 − 1x -0.120 ± 0.131 (n=3; 3 of 3 seeds < 0)" in batch["basis"]
+    no_1x = batch_claims(pd.DataFrame(rows[3:]))
+    assert list(no_1x["verdict"]) == ["no data", "not settled", "no data"]
+    assert "sweep `smol_grid`" in no_1x["note"].iat[0]
