@@ -92,16 +92,22 @@ def test_a_comparison_says_which_of_its_cells_does_not_learn():
     assert "ppo does not learn" not in note
 
 
+def _ppo_summary(values: dict, metric: str, other: tuple[str, float]) -> list[dict]:
+    """Run-summary rows of ppo: `values[experiment]` by seed in `metric`, `other` constant; the
+    control (an experiment ending in _b<N>) in a suite of its own, as a report has it."""
+    return [{"suite": "control" if "_b" in exp else "grid", "experiment": exp, "method": "ppo",
+             "staleness": 4 if exp.endswith("_4x") else 1, "seed": seed, metric: v,
+             other[0]: other[1]}
+            for exp, by_seed in values.items() for seed, v in enumerate(by_seed)]
+
+
 def test_the_batch_control_rows_pair_cells_named_by_experiment_across_suites():
     from analysis.claims.batch import batch_claims
 
     # greedy by seed: 1x 0.40, 0.42, 0.44; 1x_b32 0.35, 0.36, 0.38; 4x 0.30, 0.33, 0.34
     greedy = {"ramble_1x": (0.40, 0.42, 0.44), "ramble_1x_b32": (0.35, 0.36, 0.38),
               "ramble_4x": (0.30, 0.33, 0.34)}
-    rows = [{"suite": "b32" if exp.endswith("b32") else "grid", "experiment": exp,
-             "method": "ppo", "staleness": 4 if exp == "ramble_4x" else 1, "seed": seed,
-             "final_greedy_acc": g, "final_sampled_acc": 0.3}
-            for exp, values in greedy.items() for seed, g in enumerate(values)]
+    rows = _ppo_summary(greedy, "final_greedy_acc", other=("final_sampled_acc", 0.3))
     c = batch_claims(pd.DataFrame(rows)).set_index("claim")
 
     def row(text):
@@ -128,10 +134,7 @@ def test_the_pretrained_testbeds_batch_rows_read_its_own_cells_and_primary_metri
     # sampled by seed: 1x 0.50, 0.60, 0.55; 1x_b8 0.40, 0.42, 0.47; 4x 0.35, 0.40, 0.56
     sampled = {"smol_1x": (0.50, 0.60, 0.55), "smol_1x_b8": (0.40, 0.42, 0.47),
                "smol_4x": (0.35, 0.40, 0.56)}
-    rows = [{"suite": "b8" if exp.endswith("b8") else "grid", "experiment": exp,
-             "method": "ppo", "staleness": 4 if exp == "smol_4x" else 1, "seed": seed,
-             "final_sampled_acc": v, "final_greedy_acc": 0.5}
-            for exp, values in sampled.items() for seed, v in enumerate(values)]
+    rows = _ppo_summary(sampled, "final_sampled_acc", other=("final_greedy_acc", 0.5))
     c = batch_claims(pd.DataFrame(rows))
     assert len(c) == 3 and c["claim"].str.contains("ramble").sum() == 0
     reuse, batch = (c[c["claim"].str.contains(t)].iloc[0]
