@@ -562,8 +562,9 @@ def validate(cfg: DictConfig | dict) -> Config:
 
 
 def _check_compile(c: Config) -> None:
-    """train.compile=inductor builds kernels at the first scoring pass: on a CPU with a C++
-    compiler, on a GPU with triton. Without one, torch fails minutes into the run."""
+    """train.compile=inductor builds kernels at the first scoring pass: on a CPU with the C++
+    compiler inductor looks for, on a GPU with triton. Without one, torch fails minutes into
+    the run."""
     if c.train.compile != "inductor":
         return
     from src.device import pick_device
@@ -573,13 +574,17 @@ def _check_compile(c: Config) -> None:
         _require(has_module("triton"), "train.compile", "=inductor on a GPU needs the triton "
                  "package, which is not installed; install it or use train.compile=none")
         return
-    import os
-    import shutil
+    from torch._inductor import config as inductor_config
+    from torch._inductor.cpp_builder import get_cpp_compiler
+    from torch._inductor.exc import InvalidCxxCompiler
 
-    compilers = [x for x in (os.environ.get("CXX"), "g++", "clang++", "c++") if x]
-    _require(any(shutil.which(x) for x in compilers), "train.compile",
-             f"=inductor on the CPU needs a C++ compiler; none of {compilers} is on PATH: install "
-             "one (Debian: apt install g++) or use train.compile=none")
+    try:  # inductor's own search: $CXX, else g++ (torch._inductor.config.cpp.cxx)
+        get_cpp_compiler()
+    except InvalidCxxCompiler:
+        searched = [x for x in inductor_config.cpp.cxx if x]
+        raise ConfigError(f"train.compile =inductor on the CPU needs a C++ compiler; none of "
+                          f"{searched} runs: install one (Debian: apt install g++), name it in "
+                          "$CXX, or use train.compile=none") from None
 
 
 def _check_rollout(c: Config) -> None:
