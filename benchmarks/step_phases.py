@@ -33,9 +33,9 @@ def phase_shares(steps: pd.DataFrame) -> pd.DataFrame:
     timed = steps.dropna(subset=["time_step_s"])
     if timed.empty:
         raise ValueError("no step record has time_step_s")
-    sums = timed.groupby("experiment")[["time_step_s", *PHASES]].sum()
-    table = pd.DataFrame({"steps": timed.groupby("experiment").size(),
-                          "mean step s": sums["time_step_s"] / timed.groupby("experiment").size()})
+    by_experiment = timed.groupby("experiment")
+    sums, counts = by_experiment[["time_step_s", *PHASES]].sum(), by_experiment.size()
+    table = pd.DataFrame({"steps": counts, "mean step s": sums["time_step_s"] / counts})
     for col, name in PHASES.items():
         table[name] = sums[col] / sums["time_step_s"]
     return table

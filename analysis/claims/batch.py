@@ -39,6 +39,11 @@ class BatchControl:
     key_prefix: str = ""  # row keys: the ramble testbed's stay as committed
 
     @property
+    def size(self) -> int:
+        """Responses per 4x mini-batch and per control update: a quarter of 1x's."""
+        return self.full // 4
+
+    @property
     def equal_updates(self) -> str:
         return f"{self.prefix}_1x"
 
@@ -59,7 +64,7 @@ class BatchControl:
         return "greedy" if self.metric == GREEDY else "sampled"
 
     def rows(self) -> tuple[Row, ...]:
-        size, also = self.full // 4, SAMPLED if self.metric == GREEDY else GREEDY
+        size, also = self.size, SAMPLED if self.metric == GREEDY else GREEDY
         missing = f"no runs of these cells here (sweep `{self.sweep}`)"
 
         def row(key: str, claim: str, paper: str, a: tuple[str, str], b: tuple[str, str]) -> Row:

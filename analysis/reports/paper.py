@@ -139,7 +139,7 @@ def _batch_lines(summary: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
 
 
 def _batch_intro(c: BatchControl) -> str:
-    size = c.full // 4
+    size = c.size
     return (f"The grid's 4x - 1x compares at equal updates, but 1x trains on {c.full} responses "
             f"per update and 4x on mini-batches of {size} of a quarter as many rollouts. The 1x "
             f"control at the 4x update size ({c.experiment}: {size} responses per update, a "
