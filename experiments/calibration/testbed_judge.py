@@ -97,14 +97,15 @@ def check_one_level(rows: pd.DataFrame, csv_name: str) -> pd.DataFrame:
     return rows
 
 
-def check_whole_tokens(rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows`, unless a bapo 4x run lacks the whole token rows that targets 3 and 5 read."""
+def check_whole_tokens(rows: pd.DataFrame, testbed: str) -> pd.DataFrame:
+    """`rows`, unless a bapo 4x run lacks the whole token rows that targets 3 and 5 read; the
+    refusal gives the rerun command of `testbed`'s 4x experiment."""
     bapo = rows[rows["cell"] == "bapo 4x"]
     if len(missing := bapo[bapo[TOKEN_COLUMNS].isna().any(axis=1)]):
         seeds = ",".join(str(int(s)) for s in sorted(missing["seed"]))
         config_exit(f"bapo 4x seed(s) {seeds} have no whole token rows (an export keeps a "
                     "sample), which band mass and the length ratio need; rerun them into runs/: "
-                    f"python -m src.run -m experiment=ramble_4x method=bapo seed={seeds} "
+                    f"python -m src.run -m experiment={testbed}_4x method=bapo seed={seeds} "
                     "train.threads=1, then judge with --runs runs <the exported root>")
     return rows
 
@@ -194,7 +195,7 @@ def main() -> None:
     md, csv = outputs(args.testbed)
     measured = collect(args.runs, args.testbed)
     kept = pd.read_csv(csv) if csv.is_file() else measured.iloc[:0]
-    rows = check_whole_tokens(check_one_level(merge_rows(kept, measured), csv.name))
+    rows = check_whole_tokens(check_one_level(merge_rows(kept, measured), csv.name), args.testbed)
     rows.to_csv(csv, index=False, float_format="%.4f")
     seeds = {c: sorted(cell(rows, c).index) for _, c in rows[["cell"]].drop_duplicates().itertuples()}
     lines = ["| target | measured (mean ± 95% t half-width over seeds) | verdict |", "|---|---|---|"]

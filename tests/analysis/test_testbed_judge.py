@@ -100,10 +100,13 @@ def test_merge_prefers_whole_token_rows_over_an_exports_sample():
 def test_bapo_without_whole_token_rows_is_refused_with_the_rerun_command(capsys):
     rows = pd.DataFrame([_row("bapo 4x", 0, 0.1), _row("bapo 4x", 4, 0.1, band=math.nan),
                          _row("bapo 4x", 3, 0.1, band=math.nan), _row("ppo 4x", 5, 0.1, band=math.nan)])
-    line = config_error(capsys, lambda: check_whole_tokens(rows))
+    line = config_error(capsys, lambda: check_whole_tokens(rows, "ramble"))
     assert line.startswith("bapo 4x seed(s) 3,4 have no whole token rows")
     assert "python -m src.run -m experiment=ramble_4x method=bapo seed=3,4 train.threads=1" in line
-    assert len(check_whole_tokens(rows.iloc[[0, 3]])) == 2  # ppo needs no token rows
+    # the pretrained testbed's refusal names its own experiment
+    line = config_error(capsys, lambda: check_whole_tokens(rows, "smol"))
+    assert "python -m src.run -m experiment=smol_4x method=bapo seed=3,4 train.threads=1" in line
+    assert len(check_whole_tokens(rows.iloc[[0, 3]], "smol")) == 2  # ppo needs no token rows
 
 
 def test_one_seed_under_two_override_levels_is_refused(capsys):
