@@ -175,6 +175,22 @@ def judge(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
     return out
 
 
+def sampled_beside(rows: pd.DataFrame) -> str | None:
+    """Targets 1 and 2 on sampled accuracy, for a grid that declared it its primary metric:
+    shown beside the verdicts, which keep the targets' greedy rule; None where the rows
+    have no sampled accuracy (rows measured before it was read)."""
+    if "sampled_gain" not in rows:
+        return None
+    one, four = cell(rows, "ppo 1x"), cell(rows, "ppo 4x")
+    paired = (four["sampled_final"] - one["sampled_final"]).dropna()
+    if one["sampled_gain"].isna().all() or four["sampled_gain"].isna().all():
+        return None
+    return ("On sampled accuracy, beside the verdicts (which keep the targets' greedy rule): "
+            f"1x ppo gain {ci(one['sampled_gain'].dropna())[0]}; "
+            f"4x ppo gain {ci(four['sampled_gain'].dropna())[0]}; "
+            f"4x - 1x (paired) {ci(paired)[0]}.")
+
+
 # Target 2 compares 4x with 1x at equal updates, where 1x trains on four times the responses
 # in batches of 128 against 4x's 32; the 1x control at the 4x update size separates the two.
 TARGET_2_NOTE = (
@@ -208,6 +224,7 @@ def main() -> None:
         f"which an export keeps whole; per-run rows in `{csv.name}`, gathered over "
         "sessions (a row stays when its run dir is gone). Seeds per cell: "
         + "; ".join(f"{c}: {s}" for c, s in seeds.items()) + ".\n\n" + "\n".join(lines) + "\n\n"
+        + "".join(f"{line}\n\n" for line in [sampled_beside(rows)] if line)
         + (TARGET_2_NOTE + "\n" if args.testbed == "ramble" else ""))
     print(md.read_text())
 

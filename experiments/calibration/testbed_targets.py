@@ -49,10 +49,13 @@ def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def accuracy(records: list[dict]) -> tuple[float, float]:
-    """(greedy at step 0, mean greedy of the last `FINAL_EVALS` evals)."""
-    greedy = [r["greedy_accuracy"] for r in records if r["kind"] == "eval"]
-    return greedy[0], float(np.mean(greedy[-FINAL_EVALS:]))
+def accuracy(records: list[dict], key: str = "greedy_accuracy") -> tuple[float, float]:
+    """(`key` at step 0, its mean over the last `FINAL_EVALS` evals); NaN where no eval
+    logged it."""
+    values = [r.get(key) for r in records if r["kind"] == "eval"]
+    if not values or any(v is None for v in values):
+        return math.nan, math.nan
+    return values[0], float(np.mean(values[-FINAL_EVALS:]))
 
 
 def update_stats(records: list[dict]) -> dict:
@@ -124,9 +127,13 @@ def summarize(run_dir: Path) -> dict:
     meta = json.loads((run_dir / "meta.json").read_text())
     records = _records(run_dir)
     step0, final = accuracy(records)
+    # the targets read greedy accuracy (fixed before the first pilot); a sweep that declared
+    # sampled accuracy its primary metric (smol_grid) reads these beside them
+    sampled0, sampled_final = accuracy(records, "sampled_accuracy")
     return {"pilot": run_dir.parent.name, "seed": cfg["seed"],
             "staleness": cfg["train"]["staleness"], "method": cfg["method"]["name"],
             "greedy_0": step0, "greedy_final": final, "gain": final - step0,
+            "sampled_final": sampled_final, "sampled_gain": sampled_final - sampled0,
             **update_stats(records), **token_stats(run_dir),
             "wall_min": (meta.get("wall_time_s") or math.nan) / 60, "threads": cfg["train"]["threads"]}
 

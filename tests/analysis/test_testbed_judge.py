@@ -16,6 +16,7 @@ from experiments.calibration.testbed_judge import (
     judge,
     merge_rows,
     outputs,
+    sampled_beside,
 )
 from tests.conftest import config_error
 
@@ -158,3 +159,21 @@ def test_each_testbed_judges_into_its_own_files():
     assert (md.name, csv.name) == ("testbed_judgement.md", "testbed_grid_rows.csv")
     md, csv = outputs("smol")
     assert (md.name, csv.name) == ("testbed_judgement_smol.md", "testbed_grid_rows_smol.csv")
+
+
+def test_sampled_accuracy_is_shown_beside_the_greedy_verdicts():
+    rows = _rows()
+    assert sampled_beside(rows) is None  # rows measured before sampled accuracy was read
+    one, four = rows["cell"] == "ppo 1x", rows["cell"] == "ppo 4x"
+    rows["sampled_gain"], rows["sampled_final"] = math.nan, math.nan
+    rows.loc[one, "sampled_gain"], rows.loc[one, "sampled_final"] = [0.3, 0.2, 0.1], [0.5, 0.4, 0.3]
+    rows.loc[four, "sampled_gain"], rows.loc[four, "sampled_final"] = [0.2, 0.2, 0.2], [0.4, 0.2, 0.3]
+    line = sampled_beside(rows)
+    # 1x gains 0.3/0.2/0.1: mean 0.2, sd 0.1, half 4.303 * 0.1 / sqrt(3) = 0.248;
+    # 4x - 1x per seed -0.1, -0.2, 0.0: mean -0.1, sd 0.1, the same half
+    assert "1x ppo gain 0.200 ± 0.248 (n=3)" in line
+    assert "4x ppo gain 0.200 (n=3; " in line  # three equal gains: no interval to draw
+    assert "4x - 1x (paired) -0.100 ± 0.248 (n=3)" in line
+    assert f"{_half([0.3, 0.2, 0.1]):.3f}" == "0.248"
+    # the verdicts still read greedy accuracy
+    assert judge(rows) == judge(_rows())
