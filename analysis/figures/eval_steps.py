@@ -16,7 +16,7 @@ from analysis.core.loader import RUN_COLS, RunSet
 from analysis.core.plotting import step_axis, stx, suptitle, whole_number_ticks, with_updates
 from analysis.core.stats import agg_ci
 from analysis.figures.contract import FigureResult, Options, require, require_learning, save
-from analysis.figures.final import WARM_START_STYLE, start_evals
+from analysis.figures.final import WARM_START_STYLE, start_evals, start_label, start_name
 
 NAME = "fig_accuracy_by_step"
 
@@ -55,7 +55,7 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
                 ax.plot(m[x], m["mean"], marker="o", ms=3, lw=1.2, color=palette[method],
                         label=method)
             if metric in start and start[metric] == start[metric]:
-                ax.axhline(start[metric], **WARM_START_STYLE, label="warm start (step 0)")
+                ax.axhline(start[metric], **WARM_START_STYLE, label=start_label(runs))
             ax.set_title(f"{EVAL_METRICS[metric]}, staleness {stx(k)}", fontsize=9)
             ax.set_ylabel("held-out accuracy (share correct)" if j == 0 else "")
             ax.set_xlabel(x_label if i == len(metrics) - 1 else "")
@@ -65,14 +65,15 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
     for ax in axes.flat:
         for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
             found.setdefault(label, h)
-    labels = [*style.method_order(set(found) - {"warm start (step 0)"}), "warm start (step 0)"]
+    line = start_label(runs)
+    labels = [*style.method_order(set(found) - {line}), line]
     fig.legend([found[x] for x in labels if x in found], [x for x in labels if x in found],
                loc="center right", frameon=False, fontsize=8)
     seeds = "/".join(str(int(n)) for n in sorted(curves["n"].unique()))
     warm = ", ".join(f"{EVAL_METRICS[m]} {start[m]:.3f}" for m in metrics if m in start)
     suptitle(fig, f"Held-out accuracy at every eval: mean over {seeds} seeds (fig11 has the "
              f"final accuracy, the mean of each run's last {FINAL_EVALS} evals, per seed and with "
-             f"intervals). Dashed: the warm start at step 0 ({warm}), where every run begins.",
+             f"intervals). Dashed: {start_name(runs)} at step 0 ({warm}), where every run begins.",
              fontsize=9)
     fig.tight_layout(rect=(0, 0, 1 - 1.7 / fig.get_figwidth(), 1))
     return FigureResult(NAME, save(fig, NAME, opts), curves,

@@ -10,6 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 from analysis.core import style
+from analysis.core.builds import run_meta
 from analysis.core.final import EVAL_METRICS, FINAL_EVALS, final_window, window_text
 from analysis.core.loader import RUN_COLS, RunSet
 from analysis.core.plotting import bar_panel, finish_legends, stx, suptitle
@@ -27,6 +28,22 @@ def start_evals(runs: RunSet) -> pd.Series:
 
 
 WARM_START_STYLE = {"color": "0.25", "lw": 1.0, "ls": "--"}
+# meta.json's `warm_start` of a run that starts from a model a package ships, with no SFT
+# (src/models/packaged.py PACKAGE_PREFIX; analysis does not import src's torch side)
+PACKAGED = "package:"
+
+
+def start_name(runs: RunSet) -> str:
+    """What every run starts from, as the figures name the step-0 line: "the released model"
+    where every run records a packaged model (RL starts from its published weights), "the
+    warm start" (the project's SFT build) otherwise."""
+    packaged = [str(run_meta(r).get("warm_start") or "").startswith(PACKAGED) for r in runs.runs]
+    return "the released model" if packaged and all(packaged) else "the warm start"
+
+
+def start_label(runs: RunSet) -> str:
+    """The step-0 line's legend entry: "warm start (step 0)" or "released model (step 0)"."""
+    return f"{start_name(runs).removeprefix('the ')} (step 0)"
 
 
 def _values(values) -> str:
@@ -44,7 +61,7 @@ def eval_caption(runs: RunSet, final: pd.DataFrame) -> str:
             f"updates per step at kx) on {n_problems} held-out problems (greedy: 1 response, "
             f"sampled: {samples} per problem).\nBars: mean over "
             f"{seeds} seeds; dots: the seeds; whiskers: 95% Student-t interval over seeds, "
-            "clipped to [0, 1]; dashed: the warm start (step 0), where every run begins.")
+            f"clipped to [0, 1]; dashed: {start_name(runs)} (step 0), where every run begins.")
     at_1x = set(final.loc[final["staleness"] == 1, "method"])
     if at_1x and set(final["method"]) - at_1x:
         text += ("\nNo 1x bar: not run at 1x, where every IS weight is 1 and a method that "
@@ -77,7 +94,7 @@ def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
         # above says how "final" is taken)
         title = f"final {label}"
         if metric in start and start[metric] == start[metric]:
-            ax.axhline(start[metric], **WARM_START_STYLE, label="warm start (step 0)")
+            ax.axhline(start[metric], **WARM_START_STYLE, label=start_label(runs))
             title += f"\nstep 0 (dashed): {start[metric]:.3f}"
         ax.legend(*ax.get_legend_handles_labels(), title="method")
         ax.set_title(title)

