@@ -192,13 +192,22 @@ def sampled_beside(rows: pd.DataFrame) -> str | None:
 
 
 # Target 2 compares 4x with 1x at equal updates, where 1x trains on four times the responses
-# in batches of 128 against 4x's 32; the 1x control at the 4x update size separates the two.
-TARGET_2_NOTE = (
-    "Target 2 compares at equal updates, where 1x trains on four times the responses (128 per "
-    "update against 4x's 32). At equal update size and data, the 1x control `ramble_1x_b32` "
-    "(32 responses per update, a fresh rollout each update) ends below 4x and does not learn "
-    "(figures/testbed_grid/REPORT.md, \"Staleness against data and batch size\"): what target "
-    "2 measures is the cost of the smaller batch and data, not of staleness.")
+# per update; each testbed's 1x control at the 4x update size separates the two.
+TARGET_2_NOTES = {
+    "ramble": (
+        "Target 2 compares at equal updates, where 1x trains on four times the responses (128 "
+        "per update against 4x's 32). At equal update size and data, the 1x control "
+        "`ramble_1x_b32` (32 responses per update, a fresh rollout each update) ends below 4x "
+        "and does not learn (figures/testbed_grid/REPORT.md, \"Staleness against data and batch "
+        "size\"): what target 2 measures is the cost of the smaller batch and data, not of "
+        "staleness."),
+    "smol": (
+        "Target 2 compares at equal updates, where 1x trains on four times the responses (32 "
+        "per update against 4x's 8). The 1x control at the 4x update size, `smol_1x_b8` (8 "
+        "responses per update, a fresh rollout each update), separates the two: its rows in "
+        "figures/smol_grid/REPORT.md (\"Staleness against data and batch size\") say how much of "
+        "4x - 1x is the smaller batch and data and how much is reuse."),
+}
 
 
 def main() -> None:
@@ -225,7 +234,7 @@ def main() -> None:
         "sessions (a row stays when its run dir is gone). Seeds per cell: "
         + "; ".join(f"{c}: {s}" for c, s in seeds.items()) + ".\n\n" + "\n".join(lines) + "\n\n"
         + "".join(f"{line}\n\n" for line in [sampled_beside(rows)] if line)
-        + (TARGET_2_NOTE + "\n" if args.testbed == "ramble" else ""))
+        + (TARGET_2_NOTES[args.testbed] + "\n" if args.testbed in TARGET_2_NOTES else ""))
     print(md.read_text())
 
 
