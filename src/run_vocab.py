@@ -71,6 +71,10 @@ STEP_MEAN_KEYS = ("clip_frac", *STATE_FRACTIONS,  # every state's share, so none
                   "rollout_corr_rollout_is_mean", "rollout_corr_rollout_is_eff_sample_size",
                   "rollout_corr_rollout_is_ratio_fraction_high",
                   "rollout_corr_rollout_is_masked_fraction", "rollout_corr_rollout_rs_masked_fraction")
+# A model path (model.path, and meta.json's `warm_start`) naming a model file an installed
+# package ships (src/models/packaged.py): RL starts from its published weights, no SFT.
+PACKAGE_PREFIX = "package:"
+
 # Summed over a step's updates (per-bin counts) and the step's maximum.
 STEP_SUM_LIST_KEYS = ("ratio_hist_pos", "ratio_hist_neg")
 # The bins of ratio_hist_pos/neg: (<=0.2], (0.2, 0.5], ..., (1.2, 1.5], (1.5, 2], (2, inf).

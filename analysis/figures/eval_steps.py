@@ -41,7 +41,8 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
     require(not curves.empty, "no eval records with sampled_accuracy/greedy_accuracy")
     metrics = [m for m in EVAL_METRICS if m in set(curves["metric"])]
     levels = sorted(int(k) for k in curves["staleness"].unique())
-    start = start_evals(runs)
+    start, name = start_evals(runs), start_name(runs)
+    line = start_label(name)
     palette = style.method_palette(runs.methods)
     x, x_label = step_axis(runs)
     fig, axes = plt.subplots(len(metrics), len(levels), squeeze=False, sharex=True,
@@ -55,7 +56,7 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
                 ax.plot(m[x], m["mean"], marker="o", ms=3, lw=1.2, color=palette[method],
                         label=method)
             if metric in start and start[metric] == start[metric]:
-                ax.axhline(start[metric], **WARM_START_STYLE, label=start_label(runs))
+                ax.axhline(start[metric], **WARM_START_STYLE, label=line)
             ax.set_title(f"{EVAL_METRICS[metric]}, staleness {stx(k)}", fontsize=9)
             ax.set_ylabel("held-out accuracy (share correct)" if j == 0 else "")
             ax.set_xlabel(x_label if i == len(metrics) - 1 else "")
@@ -65,7 +66,6 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
     for ax in axes.flat:
         for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
             found.setdefault(label, h)
-    line = start_label(runs)
     labels = [*style.method_order(set(found) - {line}), line]
     fig.legend([found[x] for x in labels if x in found], [x for x in labels if x in found],
                loc="center right", frameon=False, fontsize=8)
@@ -73,7 +73,7 @@ def fig_accuracy_by_step(runs: RunSet, opts: Options) -> FigureResult:
     warm = ", ".join(f"{EVAL_METRICS[m]} {start[m]:.3f}" for m in metrics if m in start)
     suptitle(fig, f"Held-out accuracy at every eval: mean over {seeds} seeds (fig11 has the "
              f"final accuracy, the mean of each run's last {FINAL_EVALS} evals, per seed and with "
-             f"intervals). Dashed: {start_name(runs)} at step 0 ({warm}), where every run begins.",
+             f"intervals). Dashed: {name} at step 0 ({warm}), where every run begins.",
              fontsize=9)
     fig.tight_layout(rect=(0, 0, 1 - 1.7 / fig.get_figwidth(), 1))
     return FigureResult(NAME, save(fig, NAME, opts), curves,

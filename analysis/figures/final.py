@@ -15,6 +15,7 @@ from analysis.core.final import EVAL_METRICS, FINAL_EVALS, final_window, window_
 from analysis.core.loader import RUN_COLS, RunSet
 from analysis.core.plotting import bar_panel, finish_legends, stx, suptitle
 from analysis.figures.contract import FigureResult, Options, require, require_learning, save
+from src.run_vocab import PACKAGE_PREFIX
 
 
 def start_evals(runs: RunSet) -> pd.Series:
@@ -28,22 +29,21 @@ def start_evals(runs: RunSet) -> pd.Series:
 
 
 WARM_START_STYLE = {"color": "0.25", "lw": 1.0, "ls": "--"}
-# meta.json's `warm_start` of a run that starts from a model a package ships, with no SFT
-# (src/models/packaged.py PACKAGE_PREFIX; analysis does not import src's torch side)
-PACKAGED = "package:"
 
 
 def start_name(runs: RunSet) -> str:
     """What every run starts from, as the figures name the step-0 line: "the released model"
     where every run records a packaged model (RL starts from its published weights), "the
     warm start" (the project's SFT build) otherwise."""
-    packaged = [str(run_meta(r).get("warm_start") or "").startswith(PACKAGED) for r in runs.runs]
+    packaged = [str(run_meta(r).get("warm_start") or "").startswith(PACKAGE_PREFIX)
+                for r in runs.runs]
     return "the released model" if packaged and all(packaged) else "the warm start"
 
 
-def start_label(runs: RunSet) -> str:
-    """The step-0 line's legend entry: "warm start (step 0)" or "released model (step 0)"."""
-    return f"{start_name(runs).removeprefix('the ')} (step 0)"
+def start_label(name: str) -> str:
+    """The step-0 line's legend entry for `start_name`'s `name`: "warm start (step 0)" or
+    "released model (step 0)"."""
+    return f"{name.removeprefix('the ')} (step 0)"
 
 
 def _values(values) -> str:
@@ -79,7 +79,7 @@ def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
     require(not long.empty, "no sampled_accuracy/greedy_accuracy in eval records")
     long["staleness_x"] = long["staleness"].map(stx)
     order = [stx(k) for k in sorted(long["staleness"].unique())]
-    start = start_evals(runs)
+    start, line = start_evals(runs), start_label(start_name(runs))
     # taller with many methods, so the legend (one row per method) fits beside the panels
     height = max(3.6, 1.4 + 0.3 * long["method"].nunique())
     # at least 2.6 in a panel: with one staleness, narrower panels ran their titles together
@@ -94,7 +94,7 @@ def fig11_final_accuracy(runs: RunSet, opts: Options) -> FigureResult:
         # above says how "final" is taken)
         title = f"final {label}"
         if metric in start and start[metric] == start[metric]:
-            ax.axhline(start[metric], **WARM_START_STYLE, label=start_label(runs))
+            ax.axhline(start[metric], **WARM_START_STYLE, label=line)
             title += f"\nstep 0 (dashed): {start[metric]:.3f}"
         ax.legend(*ax.get_legend_handles_labels(), title="method")
         ax.set_title(title)

@@ -6,21 +6,21 @@ Each row: method, seed, sampled and greedy accuracy (step 0 -> final, final = th
 the last three evals, as the report's), the clip fraction over every update weighted by
 its loss tokens, the mean entropy of the first step -> the mean of the last five steps'
 means, the clip bounds the updates used with how many updates used each, and `wall_time_s`
-in minutes. Read from metrics.jsonl, meta.json and config.yaml, which an export keeps whole,
-so an exported run gives the numbers its run dir gave.
+in minutes. Read from metrics.jsonl and meta.json, which an export keeps whole, so an
+exported run gives the numbers its run dir gave.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-FINAL_EVALS = 3  # the report's final window (analysis/core/final.py): the last three evals
+from analysis.core.final import FINAL_EVALS  # the report's final window
+
 LAST_STEPS = 5
 
 
@@ -91,4 +91,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-PACKAGE_PREFIX = "package:"
+from src.run_vocab import PACKAGE_PREFIX
 
 
 def is_packaged(path: str | None) -> bool:

