@@ -256,6 +256,52 @@ def test_a_build_without_its_eval_has_the_same_weights_and_no_accuracies(task, t
     assert "greedy_accuracy" in full and "greedy_accuracy" not in bare
 
 
+def test_an_sft_stopped_after_k_steps_is_the_whole_sft_at_step_k(task, tok):
+    # what a prefix rebuild relies on: the same schedule (warmup and cosine over all steps),
+    # stopped. Checked independently of the stopped run's own numbers: the whole SFT's loss
+    # at step K is the loss of the stopped model on step K's batch (the forward the whole run
+    # made with the same weights), and stopping at the last step changes nothing.
+    from src.warm_start.sft import _sft_loss, sft, step_batch
+
+    cfg = {**resolve_configs(TINY_MODEL, TINY_SFT)[1], "steps": 4}
+
+    def fresh():
+        return build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2,
+                                intermediate_size=64, max_position_embeddings=256, seed=0)
+
+    whole_model, stopped_model, last_model = fresh(), fresh(), fresh()
+    whole = sft(whole_model, tok, task, cfg, seed=0, progress=False)
+    stopped = sft(stopped_model, tok, task, cfg, seed=0, progress=False, stop_after=2)
+    assert stopped == whole[:2] and len(whole) == 4
+    stopped_model.train()
+    with torch.no_grad():
+        loss_at_2 = _sft_loss(stopped_model, step_batch(tok, task, cfg, 2), 0.0)
+    assert float(loss_at_2) == whole[2]
+    assert sft(last_model, tok, task, cfg, seed=0, progress=False, stop_after=4) == whole
+    assert _weights_equal(last_model, whole_model)
+    with pytest.raises(ValueError, match="stop_after=5: give 1 to sft.steps"):
+        sft(fresh(), tok, task, cfg, seed=0, progress=False, stop_after=5)
+
+
+def test_the_sft_data_digest_hashes_every_steps_batch(task, tok):
+    import hashlib
+
+    from src.warm_start.sft import data_digest, sft_batch
+
+    cfg = {**resolve_configs(TINY_MODEL, TINY_SFT)[1], "steps": 2, "batch_size": 3,
+           "pack_len": 0}
+    h = hashlib.sha256()  # by hand: steps 0 and 1 are problems 0-2 and 3-5, padded rows
+    for step, problems in ((0, [0, 1, 2]), (1, [3, 4, 5])):
+        batch = sft_batch(tok, [task.problem(i) for i in problems])
+        for name in ("attention_mask", "input_ids", "labels"):
+            h.update(f"{step}:{name}:{tuple(batch[name].shape)}".encode())
+            h.update(batch[name].numpy().astype("int64").tobytes())
+    assert data_digest(tok, task, cfg) == h.hexdigest()[:16]
+    # another batch size (other problems in each step) or another task seed moves it
+    assert data_digest(tok, task, {**cfg, "batch_size": 4}) != h.hexdigest()[:16]
+    assert data_digest(tok, get_task("arithmetic", seed=1), cfg) != h.hexdigest()[:16]
+
+
 def test_warm_start_is_deterministic(task, tmp_path):
     m1, _, i1 = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path / "a", seed=0, progress=False)
     m2, _, i2 = warm_start(task, TINY_MODEL, TINY_SFT, tmp_path / "b", seed=0, progress=False)

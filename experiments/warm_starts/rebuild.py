@@ -23,6 +23,15 @@ the promise is bit for bit within a family, and each family's digest is recorded
 
     python experiments/warm_starts/rebuild.py --record        # store this family's digests
 
+A prefix rebuild, `--steps K`, trains the first K SFT steps of the same schedule (about K/350
+of a rebuild) and compares the weights after step K with this family's prefix reference
+(`rebuilt_prefix_sha256[family][K]`), and the digest of every step's batch, all of them,
+with `sft_data_sha256` (the same on every machine). The test suite rebuilds one build whole
+and the other two by prefix: the SFT code is one loop for all three, so the whole rebuild
+checks it to its last step, and the prefixes check each build's own data, tokenizer and
+model to step K. What a prefix leaves unchecked is a rounding that only a later step of
+that build's own data would show. `--record --steps K` stores the prefix references.
+
 Exit codes: 0 every digest equal (or recorded, or the build shipped); 1 a digest differs;
 2 bad input; 3 no reference for this machine's family (run with --record to store one).
 """
@@ -61,21 +70,70 @@ def reference_digest(info: dict, family: str) -> str | None:
     return info.get("rebuilt_weights_sha256", {}).get(family)
 
 
-def rebuild(entry: Path, scratch: Path, *, evaluate_after: bool = False) -> dict:
+def prefix_reference(info: dict, family: str, steps: int) -> str | None:
+    """The digest of the weights after SFT step `steps` that a prefix rebuild on `family` must
+    give, recorded by `--record --steps`, else None."""
+    return info.get("rebuilt_prefix_sha256", {}).get(family, {}).get(str(steps))
+
+
+def rebuild(entry: Path, scratch: Path, *, evaluate_after: bool = False,
+            stop_after: int | None = None) -> dict:
     """The shipped build in `entry` trained again: its digest (and its accuracies where
-    `evaluate_after`; the eval is about a tenth of a rebuild and the digest needs none of it)."""
+    `evaluate_after`; the eval is about a tenth of a rebuild and the digest needs none of it).
+    With `stop_after=K`, the first K SFT steps only, and `sft_data_sha256`, the digest of
+    every step's batch."""
     from src._numerics import active_mode
     from src.tasks import get_task
     from src.warm_start import build, resolve_configs
+    from src.warm_start.sft import data_digest
 
     info = json.loads((entry / "info.json").read_text())
     task_cfg = dict(info["task"])
     task = get_task(task_cfg.pop("name"), **task_cfg)
     m_cfg, s_cfg = resolve_configs(info["model"], info["sft"])
-    _, _, built = build(task, m_cfg, s_cfg, scratch / entry.name, seed=int(info["seed"]),
-                        progress=False, device="cpu", autocast=None, numerics=active_mode(),
-                        evaluate_after=evaluate_after)
+    _, tokenizer, built = build(task, m_cfg, s_cfg, scratch / entry.name,
+                                seed=int(info["seed"]), progress=False, device="cpu",
+                                autocast=None, numerics=active_mode(),
+                                evaluate_after=evaluate_after and stop_after is None,
+                                stop_after=stop_after)
+    if stop_after is not None:
+        built["sft_data_sha256"] = data_digest(tokenizer, task, s_cfg)
     return built
+
+
+def compare(info: dict, built: dict, family: str, stop_after: int | None,
+            record: bool) -> tuple[str, str]:
+    """(outcome, the line's words): outcome is "identical", "differs", "recorded" or
+    "unreferenced"; with `record`, a missing reference is stored in `info` (the caller
+    writes it)."""
+    rebuilt = built["weights_sha256"]
+    if stop_after is None:
+        reference, where = reference_digest(info, family), f"{family} reference"
+    else:
+        reference = prefix_reference(info, family, stop_after)
+        where = f"first {stop_after} of {info['sft']['steps']} SFT steps, {family} reference"
+    data = ""
+    if stop_after is not None:
+        data_ref, data_now = info.get("sft_data_sha256"), built["sft_data_sha256"]
+        if data_ref is None and record:
+            info["sft_data_sha256"] = data_ref = data_now
+        data = (f"; every step's data {data_ref}, rebuilt {data_now}: "
+                f"{'identical' if data_ref == data_now else 'DIFFERS'}")
+        if data_ref is not None and data_ref != data_now:
+            return "differs", f"{where} {reference}, rebuilt {rebuilt}{data}"
+    if reference is None and record:
+        if stop_after is None:
+            info.setdefault("rebuilt_weights_sha256", {})[family] = rebuilt
+        else:
+            info.setdefault("rebuilt_prefix_sha256", {}).setdefault(family, {})[
+                str(stop_after)] = rebuilt
+        return "recorded", f"{where} {rebuilt}: recorded{data}"
+    if reference is None:
+        return "unreferenced", (f"{where} none, rebuilt {rebuilt}: no reference for {family} "
+                                f"(run with --record to store this one){data}")
+    verdict = "identical" if reference == rebuilt else "DIFFERS"
+    return ("identical" if reference == rebuilt else "differs"), (
+        f"{where} {reference}, rebuilt {rebuilt}: {verdict}{data}")
 
 
 def ship(overrides: list[str]) -> Path:
@@ -115,6 +173,8 @@ def main() -> None:
     parser.add_argument("--eval", action="store_true",
                         help="also evaluate each rebuilt model and print its accuracies beside "
                              "the shipped ones (about a tenth more time)")
+    parser.add_argument("--steps", type=int, metavar="K",
+                        help="rebuild the first K SFT steps only, and check every step's data")
     parser.add_argument("--ship", nargs="*", metavar="OVERRIDE",
                         help="build and ship the warm start of this config (Hydra overrides)")
     args = parser.parse_args()
@@ -132,30 +192,33 @@ def main() -> None:
         raise SystemExit(2)
     from src._numerics import fingerprint, numerics_family
 
+    infos = {k: json.loads((HERE / k / "info.json").read_text()) for k in keys}
+    if args.steps is not None:
+        too_long = [k for k, info in infos.items()
+                    if not 1 <= args.steps <= int(info["sft"]["steps"])]
+        if too_long:
+            lengths = ", ".join(f"{k}: {infos[k]['sft']['steps']}" for k in too_long)
+            print(f"--steps {args.steps}: give 1 to the SFT's steps ({lengths})", file=sys.stderr)
+            raise SystemExit(2)
     family = numerics_family(fingerprint())
-    differ = unreferenced = 0
+    outcomes = []
     with tempfile.TemporaryDirectory() as tmp:
         for key in keys:
-            info_path = HERE / key / "info.json"
-            info = json.loads(info_path.read_text())
-            built = rebuild(HERE / key, Path(tmp), evaluate_after=args.eval)
-            reference, rebuilt = reference_digest(info, family), built["weights_sha256"]
+            info = infos[key]
+            as_read = json.dumps(info, sort_keys=True)
+            built = rebuild(HERE / key, Path(tmp), evaluate_after=args.eval,
+                            stop_after=args.steps)
+            outcome, words = compare(info, built, family, args.steps, args.record)
+            if json.dumps(info, sort_keys=True) != as_read:  # --record stored a reference
+                (HERE / key / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True)
+                                                      + "\n")
             accuracy = ("; " + (f"greedy {info['greedy_accuracy']:.3f} -> {built['greedy_accuracy']:.3f}, "
                                 f"sampled {info['sampled_accuracy']:.3f} -> "
-                                f"{built['sampled_accuracy']:.3f}") if args.eval else "")
-            if reference is None and args.record:
-                info.setdefault("rebuilt_weights_sha256", {})[family] = rebuilt
-                info_path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-                verdict = f"recorded as the reference of {family}"
-            elif reference is None:
-                unreferenced += 1
-                verdict = f"no reference for {family} (run with --record to store this one)"
-            else:
-                differ += reference != rebuilt
-                verdict = "identical" if reference == rebuilt else "DIFFERS"
-            print(f"{key}: {family} reference {reference}, rebuilt {rebuilt}: {verdict} "
-                  f"(shipped {info['weights_sha256']}{accuracy})", flush=True)
-    raise SystemExit(1 if differ else 3 if unreferenced else 0)
+                                f"{built['sampled_accuracy']:.3f}")
+                        if args.eval and args.steps is None else "")
+            print(f"{key}: {words} (shipped {info['weights_sha256']}{accuracy})", flush=True)
+            outcomes.append(outcome)
+    raise SystemExit(1 if "differs" in outcomes else 3 if "unreferenced" in outcomes else 0)
 
 if __name__ == "__main__":
     main()

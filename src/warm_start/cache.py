@@ -121,11 +121,13 @@ def warm_start(
 
 def build(task: Task, m_cfg: dict[str, Any], s_cfg: dict[str, Any], final: Path, *, seed: int,
           progress: bool, device: torch.device | str, autocast: str | None, numerics: str,
-          evaluate_after: bool = True,
+          evaluate_after: bool = True, stop_after: int | None = None,
           ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, dict[str, Any]]:
     """Train the warm start of resolved configs into the entry `final` (written atomically).
     `evaluate_after=False` leaves out the held-out eval (and its accuracies from info.json):
-    a rebuild that only compares weights needs none of it."""
+    a rebuild that only compares weights needs none of it. `stop_after=K` stops the SFT
+    after its first K steps (src/warm_start/sft.py): the entry is then no warm start, only
+    what a prefix rebuild compares, and its info.json says `sft_stopped_after`."""
     key = final.name
     print(build_notice(final, m_cfg, s_cfg), flush=True)
     tokenizer = train_tokenizer(task.corpus(int(m_cfg["tokenizer_corpus"])), m_cfg["vocab_size"])
@@ -142,7 +144,8 @@ def build(task: Task, m_cfg: dict[str, Any], s_cfg: dict[str, Any], final: Path,
     ).to(device)
     losses, metrics, measured = _sft_and_eval(model, tokenizer, task, s_cfg, seed=seed,
                                               progress=progress, device=device, autocast=autocast,
-                                              evaluate_after=evaluate_after)
+                                              evaluate_after=evaluate_after,
+                                              stop_after=stop_after)
     tail = losses[-max(1, len(losses) // 10) :]
     info: dict[str, Any] = {
         "key": key,
@@ -166,6 +169,7 @@ def build(task: Task, m_cfg: dict[str, Any], s_cfg: dict[str, Any], final: Path,
         "eval_seconds": measured["eval_seconds"],
         "next_train_index": int(s_cfg["steps"]) * int(s_cfg["batch_size"]),
         **metrics,
+        **({} if stop_after is None else {"sft_stopped_after": int(stop_after)}),
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
         "torch_threads": BUILD_THREADS,
@@ -180,7 +184,7 @@ def build(task: Task, m_cfg: dict[str, Any], s_cfg: dict[str, Any], final: Path,
 
 def _sft_and_eval(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: Task,
                   s_cfg: dict[str, Any], *, seed: int, progress: bool, device: torch.device | str,
-                  autocast: str | None, evaluate_after: bool,
+                  autocast: str | None, evaluate_after: bool, stop_after: int | None = None,
                   ) -> tuple[list[float], dict[str, Any], dict[str, Any]]:
     """The SFT, then the eval (unless `evaluate_after` is off), both on `BUILD_THREADS`
     threads (the eval too, so that info.json is the same) under `autocast`: (losses, eval
@@ -192,7 +196,7 @@ def _sft_and_eval(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, ta
     try:
         t0, c0 = time.perf_counter(), time.process_time()
         losses = sft(model, tokenizer, task, s_cfg, seed=seed, progress=progress,
-                     autocast=autocast)
+                     autocast=autocast, stop_after=stop_after)
         _synchronize(device)
         measured = {"sft_seconds": time.perf_counter() - t0,
                     "sft_cpu_seconds": time.process_time() - c0,

@@ -3,6 +3,7 @@ EOS only, in problem order, with packed batches (src/warm_start/build.py runs it
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
@@ -75,6 +76,26 @@ def _lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
+def step_batch(tokenizer: PreTrainedTokenizerFast, task: Task, cfg: dict[str, Any],
+               step: int) -> dict[str, torch.Tensor]:
+    """SFT step `step`'s batch: problems step*B .. step*B+B-1, in index order."""
+    bsz = int(cfg["batch_size"])
+    return sft_batch(tokenizer, [task.problem(step * bsz + j) for j in range(bsz)],
+                     pack_len=int(cfg["pack_len"]) or None)
+
+
+def data_digest(tokenizer: PreTrainedTokenizerFast, task: Task, cfg: dict[str, Any]) -> str:
+    """The first 16 hex digits of the sha256 of every SFT step's batch (each tensor's name,
+    shape and int64 values, step by step): what the whole SFT reads, without training. A
+    rebuild of a prefix checks its data to the last step with it."""
+    h = hashlib.sha256()
+    for step in range(int(cfg["steps"])):
+        for name, tensor in sorted(step_batch(tokenizer, task, cfg, step).items()):
+            h.update(f"{step}:{name}:{tuple(tensor.shape)}".encode())
+            h.update(tensor.to(torch.int64).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def sft(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerFast,
@@ -84,10 +105,15 @@ def sft(
     seed: int,
     progress: bool = True,
     autocast: str | None = None,
+    stop_after: int | None = None,
 ) -> list[float]:
     """AdamW on training problems in index order (batch `b` = problems b*B .. b*B+B-1).
 
     Returns the per-step losses (token mean over solution + EOS tokens).
+
+    `stop_after=K` runs the first K steps of the same schedule (warmup and cosine over all of
+    `cfg["steps"]`) and stops: the model is then step K's of the full SFT, bit for bit,
+    which is what a prefix rebuild compares (experiments/warm_starts/rebuild.py --steps).
 
     `autocast` (None or "bfloat16") runs each step's forward and loss, and only those, in
     its own autocast context, as torch asks. One context around the whole loop is wrong:
@@ -96,19 +122,19 @@ def sft(
     uncast weights (embeddings, norms) would learn. That was the GPU check's plateau at a
     loss of 2.02 (docs/gpu.md).
     """
-    steps, bsz = int(cfg["steps"]), int(cfg["batch_size"])
+    steps = int(cfg["steps"])
+    if stop_after is not None and not 1 <= stop_after <= steps:
+        raise ValueError(f"stop_after={stop_after}: give 1 to sft.steps ({steps}) steps")
     opt, sched = _optimizer(model, cfg, steps)
     max_pos = model.config.max_position_embeddings
     model.train()
     losses: list[float] = []
     torch.manual_seed(seed)
-    bar = tqdm(range(steps), desc="warm start SFT", disable=not progress, dynamic_ncols=True)
+    run_steps = steps if stop_after is None else stop_after
+    bar = tqdm(range(run_steps), desc="warm start SFT", disable=not progress,
+               dynamic_ncols=True)
     for step in bar:
-        batch = sft_batch(
-            tokenizer,
-            [task.problem(step * bsz + j) for j in range(bsz)],
-            pack_len=int(cfg["pack_len"]) or None,
-        )
+        batch = step_batch(tokenizer, task, cfg, step)
         _check_fits(batch, max_pos)
         device = next(model.parameters()).device
         with autocast_context(device, autocast):
@@ -120,7 +146,7 @@ def sft(
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
-        if step % 10 == 0 or step == steps - 1:
+        if step % 10 == 0 or step == run_steps - 1:
             bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{sched.get_last_lr()[0]:.1e}")
     model.eval()
     return losses
