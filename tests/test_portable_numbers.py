@@ -168,3 +168,51 @@ def test_the_numerics_family_follows_mkls_branch_in_effect(fp, family):
 def test_each_committed_reference_is_of_its_own_family():
     families = [numerics_family(json.loads(m.read_text())["numerics"]) for m in COMMITTED]
     assert len(families) == len(set(families)) and "AuthenticAMD/AVX2/MKL AUTO" in families
+
+
+FAMILY = "GenuineIntel/AVX2/MKL AVX2"
+SHIPPED_BY = {"cpu_model": "AMD EPYC", "isa": "AVX2", "mkl_branch": "AVX2"}
+
+
+def _info(**more) -> dict:
+    return {"numerics": SHIPPED_BY, "weights_sha256": "shipped", "sft": {"steps": 350}, **more}
+
+
+@pytest.mark.parametrize(("info", "built", "steps", "record", "outcome", "stored"), [
+    # a whole rebuild against this family's recorded digest
+    (_info(rebuilt_weights_sha256={FAMILY: "w"}), {"weights_sha256": "w"}, None, False,
+     "identical", None),
+    (_info(rebuilt_weights_sha256={FAMILY: "w"}), {"weights_sha256": "v"}, None, False,
+     "differs", None),
+    (_info(), {"weights_sha256": "w"}, None, False, "unreferenced", None),
+    (_info(), {"weights_sha256": "w"}, None, True, "recorded",
+     ("rebuilt_weights_sha256", {FAMILY: "w"})),
+    # a prefix: its weights after step K and every step's data must both agree
+    (_info(rebuilt_prefix_sha256={FAMILY: {"50": "p"}}, sft_data_sha256="d"),
+     {"weights_sha256": "p", "sft_data_sha256": "d"}, 50, False, "identical", None),
+    (_info(rebuilt_prefix_sha256={FAMILY: {"50": "p"}}, sft_data_sha256="d"),
+     {"weights_sha256": "p", "sft_data_sha256": "e"}, 50, False, "differs", None),
+    (_info(rebuilt_prefix_sha256={FAMILY: {"50": "p"}}, sft_data_sha256="d"),
+     {"weights_sha256": "q", "sft_data_sha256": "d"}, 50, False, "differs", None),
+    # a prefix of another length has no reference, even where 50 has one
+    (_info(rebuilt_prefix_sha256={FAMILY: {"50": "p"}}, sft_data_sha256="d"),
+     {"weights_sha256": "p", "sft_data_sha256": "d"}, 40, False, "unreferenced", None),
+    (_info(sft_data_sha256="d"), {"weights_sha256": "p", "sft_data_sha256": "d"}, 50, True,
+     "recorded", ("rebuilt_prefix_sha256", {FAMILY: {"50": "p"}})),
+    # data never recorded: unreferenced, and --record stores it beside the prefix digest
+    (_info(rebuilt_prefix_sha256={FAMILY: {"50": "p"}}),
+     {"weights_sha256": "p", "sft_data_sha256": "d"}, 50, False, "unreferenced", None),
+    # data never recorded: --record stores it beside the prefix digest
+    (_info(), {"weights_sha256": "p", "sft_data_sha256": "d"}, 50, True, "recorded",
+     ("sft_data_sha256", "d")),
+])
+def test_a_rebuild_is_judged_against_its_familys_reference(info, built, steps, record, outcome,
+                                                           stored):
+    from experiments.warm_starts.rebuild import compare
+
+    got, words = compare(info, built, FAMILY, steps, record)
+    assert got == outcome, words
+    if stored is not None:
+        assert info[stored[0]] == stored[1]
+    if outcome == "differs":
+        assert "DIFFERS" in words

@@ -117,9 +117,13 @@ def compare(info: dict, built: dict, family: str, stop_after: int | None,
         data_ref, data_now = info.get("sft_data_sha256"), built["sft_data_sha256"]
         if data_ref is None and record:
             info["sft_data_sha256"] = data_ref = data_now
+        if data_ref is None:
+            return "unreferenced", (f"{where} {reference}, rebuilt {rebuilt}; every step's data "
+                                    f"has no sft_data_sha256 (run with --record to store "
+                                    f"{data_now})")
         data = (f"; every step's data {data_ref}, rebuilt {data_now}: "
                 f"{'identical' if data_ref == data_now else 'DIFFERS'}")
-        if data_ref is not None and data_ref != data_now:
+        if data_ref != data_now:
             return "differs", f"{where} {reference}, rebuilt {rebuilt}{data}"
     if reference is None and record:
         if stop_after is None:
