@@ -131,17 +131,9 @@ def build(task: Task, m_cfg: dict[str, Any], s_cfg: dict[str, Any], final: Path,
     key = final.name
     print(build_notice(final, m_cfg, s_cfg), flush=True)
     tokenizer = train_tokenizer(task.corpus(int(m_cfg["tokenizer_corpus"])), m_cfg["vocab_size"])
-    model = build_tiny_model(
-        tokenizer,
-        arch=m_cfg["arch"],
-        hidden_size=m_cfg["hidden_size"],
-        num_layers=m_cfg["num_layers"],
-        num_heads=m_cfg["num_heads"],
-        intermediate_size=m_cfg["intermediate_size"],
-        max_position_embeddings=m_cfg["max_position_embeddings"],
-        tie_word_embeddings=m_cfg["tie_word_embeddings"],
-        seed=seed,
-    ).to(device)
+    shape = ("arch", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+             "max_position_embeddings", "tie_word_embeddings")
+    model = build_tiny_model(tokenizer, **{k: m_cfg[k] for k in shape}, seed=seed).to(device)
     losses, metrics, measured = _sft_and_eval(model, tokenizer, task, s_cfg, seed=seed,
                                               progress=progress, device=device, autocast=autocast,
                                               evaluate_after=evaluate_after,
