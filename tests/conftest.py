@@ -9,6 +9,14 @@ import pytest
 
 from src.pinning import pin_process
 
+# The README's command runs two pytest workers on two cores, each training on torch's 2
+# threads, so the cores are always shared. libgomp's default spin (chosen when the load is low,
+# as at the session's start) has idle threads fight the other worker for its core, and a
+# 2-thread build beside a busy worker took 60 s and 77 CPU-s spinning, 48 s and 47 CPU-s
+# passive (benchmarks/README.md, the test suite). Waiting changes no arithmetic. Set before
+# the pins, so it is the session's choice ("set by the user") and its subprocesses inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # The test session pins as `python -m src.run` does (src/pinning.py), before any test loads
 # torch: the numerics mode, libgomp's wait policy, glibc's malloc. No import of src does it.
 pin_process()
