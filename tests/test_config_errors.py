@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -119,6 +120,8 @@ def test_cli_process_exit_code(tmp_path):
 
 
 def _cli(args, tmp_path, env=None):
+    """`python -m src.run` in a new process, for what must start in one: the dataset tests'
+    hub settings (HF_HUB_OFFLINE) are read when huggingface_hub is imported."""
     run_dir = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "src.run", *args, f"hydra.run.dir={run_dir}",
                            f"cache_dir={tmp_path / 'cache'}"], cwd=REPO, capture_output=True,
@@ -127,22 +130,42 @@ def _cli(args, tmp_path, env=None):
     return proc
 
 
+@dataclass(frozen=True)
+class Exited:
+    returncode: int
+    stderr: str
+
+
+def _main(args, tmp_path, monkeypatch, capsys) -> Exited:
+    """`src.run`'s main in this process, as `_cli` runs it in a new one: a config error exits
+    before any work, so the process boundary adds only torch's import (about 4 s a call);
+    `test_cli_process_exit_code` checks that boundary once."""
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(sys, "argv", ["src.run", *args, f"hydra.run.dir={run_dir}",
+                                      f"cache_dir={tmp_path / 'cache'}"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        run_module.main()
+    assert not run_dir.exists() and not (tmp_path / "cache").exists()
+    return Exited(exit_info.value.code, capsys.readouterr().err)
+
+
 @pytest.mark.slow
-def test_a_key_of_another_method_names_the_methods_that_own_it(tmp_path):
-    proc = _cli(["method.bapo.rho0=0.3"], tmp_path)
+def test_a_key_of_another_method_names_the_methods_that_own_it(tmp_path, monkeypatch, capsys):
+    proc = _main(["method.bapo.rho0=0.3"], tmp_path, monkeypatch, capsys)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "config error: method.bapo.rho0: not a key of method=ppo; it belongs to method=bapo "
         "(also bapo_official, bapo_value); select it with method=bapo")
-    proc = _cli(["method=bapo", "method.top_entropy.q=0.3"], tmp_path)
+    proc = _main(["method=bapo", "method.top_entropy.q=0.3"], tmp_path, monkeypatch, capsys)
     assert proc.stderr.strip() == (
         "config error: method.top_entropy.q: not a key of method=bapo; it belongs to "
         "method=top_entropy; select it with method=top_entropy")
-    proc = _cli(["method=bapo", "method.rho0=0.3"], tmp_path)
+    proc = _main(["method=bapo", "method.rho0=0.3"], tmp_path, monkeypatch, capsys)
     assert proc.stderr.strip() == (
         "config error: method.rho0: the method's parameters live under method.<objective>; "
         "use method.bapo.rho0")
-    proc = _cli(["method=bapo", "method.bapo.rho00=0.3"], tmp_path)
+    proc = _main(["method=bapo", "method.bapo.rho00=0.3"], tmp_path, monkeypatch, capsys)
     assert proc.stderr.strip().endswith("method.bapo.rho00: no such key; check the spelling "
                                         "(`--cfg job` lists every key)")
 
@@ -155,8 +178,8 @@ def test_resume_true_as_the_readme_writes_it():
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_cuda_without_a_gpu_is_a_config_error(tmp_path):
-    proc = _cli(["device=cuda"], tmp_path)
+def test_cuda_without_a_gpu_is_a_config_error(tmp_path, monkeypatch, capsys):
+    proc = _main(["device=cuda"], tmp_path, monkeypatch, capsys)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("config error: device=cuda: torch ")
     assert "sees no CUDA device on this machine; use device=cpu" in proc.stderr
@@ -164,8 +187,8 @@ def test_cuda_without_a_gpu_is_a_config_error(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
-def test_vllm_without_the_package_is_a_config_error(tmp_path):
-    proc = _cli(["rollout=vllm"], tmp_path)
+def test_vllm_without_the_package_is_a_config_error(tmp_path, monkeypatch, capsys):
+    proc = _main(["rollout=vllm"], tmp_path, monkeypatch, capsys)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("config error: rollout.backend=vllm needs the vllm")
 
@@ -235,18 +258,18 @@ def test_unusable_paths_are_config_errors(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_a_parameter_under_another_methods_section_names_its_owner(tmp_path):
-    proc = _cli(["method.ppo.rho0=0.4"], tmp_path)
+def test_a_parameter_under_another_methods_section_names_its_owner(tmp_path, monkeypatch, capsys):
+    proc = _main(["method.ppo.rho0=0.4"], tmp_path, monkeypatch, capsys)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "config error: method.ppo.rho0: method=ppo has no parameter rho0; rho0 belongs to "
         "method=bapo (also bapo_official, bapo_value): use method=bapo method.bapo.rho0=...")
-    proc = _cli(["method=bapo", "method.ppo.c_low=0.7"], tmp_path)
+    proc = _main(["method=bapo", "method.ppo.c_low=0.7"], tmp_path, monkeypatch, capsys)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "config error: method.ppo.c_low: method=bapo has no c_low; its counterpart is "
         "method.bapo.low_start (or select method=ppo to set method.ppo.c_low)")
-    proc = _cli(["method=bapo", "method.ppo.dual_clip_c=3"], tmp_path)
+    proc = _main(["method=bapo", "method.ppo.dual_clip_c=3"], tmp_path, monkeypatch, capsys)
     assert proc.stderr.strip() == (
         "config error: method.ppo.dual_clip_c: method=bapo's parameters live under method.bapo; "
         "use method.bapo.dual_clip_c")
