@@ -122,6 +122,22 @@ def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: b
     positions only where the model allows it (`logits_to_keep`). `forward` stands for
     `model.forward` (a compiled one, `Scorer`); the model's own by default.
     """
+    logits = response_logits(model, batch, forward)
+    t_len = batch.response_ids.shape[1]
+    targets = torch.nn.functional.pad(batch.response_ids.to(logits.device), (0, 1))
+    logp, entropy = sampled_logprobs(logits, targets, with_entropy=with_entropy,
+                                     temperature=temperature)
+    return logp[:, :t_len], None if entropy is None else entropy[:, :t_len]
+
+
+def response_logits(model: torch.nn.Module, batch: Rollout, forward: Callable | None = None
+                    ) -> Tensor:
+    """The model's logits [B, T + 1, V] at the positions that predict the response tokens
+    (position p_len - 1 + t predicts response token t; the last one predicts nothing).
+
+    Position ids follow the attention mask, as in HF generate with left padding. With
+    `logits_to_keep` the LM head runs on these positions only and the output is contiguous,
+    so nothing is copied."""
     device = next(model.parameters()).device
     input_ids = torch.cat([batch.prompt_ids, batch.response_ids], dim=1).to(device)
     attention = torch.cat([batch.prompt_mask, batch.response_mask], dim=1).to(device)
@@ -130,14 +146,7 @@ def response_logprobs(model: torch.nn.Module, batch: Rollout, *, with_entropy: b
     kwargs = {"logits_to_keep": t_len + 1} if _keeps_logits(type(model)) else {}
     logits = (forward or model)(input_ids=input_ids, attention_mask=attention.long(),
                                 position_ids=position_ids, use_cache=False, **kwargs).logits
-    # Position p_len - 1 + t predicts response token t. Score the t_len + 1 positions from
-    # p_len - 1 on (the last one, which predicts nothing, gets a dummy target and is dropped):
-    # with logits_to_keep that is the whole, contiguous output, so nothing is copied.
-    logits = logits[:, -(t_len + 1):]
-    targets = torch.nn.functional.pad(batch.response_ids.to(device), (0, 1))
-    logp, entropy = sampled_logprobs(logits, targets, with_entropy=with_entropy,
-                                     temperature=temperature)
-    return logp[:, :t_len], None if entropy is None else entropy[:, :t_len]
+    return logits[:, -(t_len + 1):]
 
 
 def micro_batch(data: Rollout, rows: slice) -> Rollout:

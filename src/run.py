@@ -15,6 +15,7 @@ import os
 import platform
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from src.pinning import pin_process
@@ -54,8 +55,11 @@ def preflight(args: list[str]) -> None:
         config_exit(str(e))
 
 
-def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> str:
+def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None,
+            observe: Callable | None = None) -> str:
     """Run (or skip, or resume) one run in `run_dir`; `overrides` are recorded in meta.json.
+    `observe(parts, state)`: called once the trainer is built and the state restored, before
+    the loop (src/microscope/ attaches its branches there); it changes nothing the run writes.
 
     The run dir's lifecycle (src/lifecycle.py) decides fresh / resume / skip, with the dir's
     lock held from before anything is read until the end, so a second process on the same
@@ -72,10 +76,11 @@ def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None) -> s
             print(f"{display_path(run_dir)} already finished; skipping (overwrite=true reruns it)")
             print(life.summary())
             return "skipped"
-        return _train(cfg, run_dir, overrides, life)
+        return _train(cfg, run_dir, overrides, life, observe)
 
 
-def _train(cfg: Config, run_dir: Path, overrides: list[str] | None, life) -> str:
+def _train(cfg: Config, run_dir: Path, overrides: list[str] | None, life,
+           observe: Callable | None = None) -> str:
     """A fresh or resumed run in its locked run dir: the parts, the writer, the loop, the end."""
     from src.build import attach_trainer, build_parts
     from src.checkpoint import load_latest, prune_finished, restore
@@ -103,6 +108,8 @@ def _train(cfg: Config, run_dir: Path, overrides: list[str] | None, life) -> str
     try:
         if payload is not None:  # the data in flight: a delay queue, a replay buffer
             trainer.load_schedule_state(payload.get("schedule"))
+        if observe is not None:
+            observe(parts, state)
         state = _loop(trainer, state, writer, parts.evaluate, life, steps=cfg.train.steps,
                       progress=cfg.logger.progress, resumed=payload is not None)
     finally:

@@ -76,6 +76,9 @@ class Trainer:
             self.method, self.scorer, optimizer, scheduler, self.correction, cfg.train.grad_clip,
             cfg.offpolicy.weight_cap, cfg.logger.entropy_change)
         self.log_tokens = True
+        # Called before each update with its mini-batch; must leave every state as it found
+        # it (src/microscope/ branches there and restores).
+        self.before_update: Callable[..., None] | None = None
         anchor = cfg.offpolicy.anchor
         if anchor != "coupled" and self.source.on_policy:
             print(f"[offpolicy] anchor={anchor}: every step trains on data its own start "
@@ -177,11 +180,15 @@ class Trainer:
         self.model.train()
         for epoch in range(passes_per_rollout(self.cfg.train)):
             for j, mb in enumerate(batches):
-                t0 = time.perf_counter()
                 update, version = epoch * len(batches) + j, state.policy_version
-                record, out, logp, entropy = self.gradient_step(
-                    mb, version, on_policy=applied == 0 and mb.logp_start is not None,
-                    seed=update_seed(self.cfg.seed, step, update))
+                on_policy = applied == 0 and mb.logp_start is not None
+                seed = update_seed(self.cfg.seed, step, update)
+                if self.before_update is not None:  # e.g. the microscope's branches
+                    self.before_update(mb, version=version, on_policy=on_policy, seed=seed,
+                                       step=step, update=update)
+                t0 = time.perf_counter()
+                record, out, logp, entropy = self.gradient_step(mb, version, on_policy=on_policy,
+                                                                seed=seed)
                 dt = time.perf_counter() - t0
                 time_update += dt
                 record.update(step=step, update=update, global_update=state.global_update,
