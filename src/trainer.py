@@ -79,6 +79,7 @@ class Trainer:
         # Called before each update with its mini-batch; must leave every state as it found
         # it (src/microscope/ branches there and restores).
         self.before_update: Callable[..., None] | None = None
+        self.before_step: Callable[[TrainState], None] | None = None  # the same, before a step
         anchor = cfg.offpolicy.anchor
         if anchor != "coupled" and self.source.on_policy:
             print(f"[offpolicy] anchor={anchor}: every step trains on data its own start "
@@ -104,6 +105,8 @@ class Trainer:
         bar = tqdm(total=cfg.train.steps, initial=state.step, disable=not progress,
                    desc=f"{cfg.method.name} {cfg.experiment.name}", dynamic_ncols=True)
         while state.step < cfg.train.steps:
+            if self.before_step is not None:  # e.g. the microscope's short-horizon branches
+                self.before_step(state)
             t0 = time.perf_counter()
             record = self.train_step(state)
             state.step += 1

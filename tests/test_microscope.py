@@ -75,13 +75,25 @@ def study(tmp_path_factory, smoke_overrides):
     assert execute(compose(overrides), plain) == "finished"
     s = prepare([*overrides, f"microscope.arms=[{','.join(repr(a) for a in ARMS)}]",
                  "microscope.probe_prompts=4", "microscope.correct_problems=8",
-                 f"microscope.dir={root / 'study'}"])
+                 "microscope.horizon_arms=[ppo,'clip:0.99,1.01']", "microscope.horizon_states=[1]",
+                 "microscope.horizon=2", "microscope.horizon_eval_problems=8",
+                 "microscope.horizon_eval_samples=2", f"microscope.dir={root / 'study'}"])
     write_settings(s)
     label = {"experiment": s.cfg.experiment.name, "trunk": s.cfg.method.name, "seed": s.cfg.seed}
-    scope = Recording(s.settings, s.arms, s.dir, label)
+    scope = Recording(s.settings, s.arms, s.dir, label, s.horizon_arms)
+    horizon_ends = {}
+    own_run_arm = scope.horizons._run_arm
+
+    def run_arm(arm, state):  # the weights each short-horizon arm ends with
+        own_run_arm(arm, state)
+        horizon_ends[arm.spec] = [p.detach().clone() for p in scope.parts.model.parameters()]
+
+    scope.horizons._run_arm = run_arm
     assert execute(s.cfg, s.trunk_dir, overrides=s.trunk_args, observe=scope.attach) == "finished"
     table = pd.read_parquet(s.dir / "branches.parquet")
-    return {"plain": plain, "trunk": s.trunk_dir, "scope": scope, "table": table}
+    return {"plain": plain, "trunk": s.trunk_dir, "scope": scope, "table": table,
+            "horizons": pd.read_parquet(s.dir / "horizons.parquet"), "horizon_ends": horizon_ends,
+            "trunk_end": [p.detach().clone() for p in scope.parts.model.parameters()]}
 
 
 def _strip_times(records):
@@ -198,3 +210,26 @@ def test_the_table_keeps_finished_rollouts_on_resume_and_names_a_corrupt_file(tm
     path.write_bytes(b"PAR1 not a table")
     with pytest.raises(ConfigError, match="branches.parquet cannot be read"):
         BranchTable(path, resume_at=0)
+
+
+@pytest.mark.slow
+def test_a_short_horizon_branch_of_the_trunks_method_is_the_trunk_itself(study):
+    """From step 1, two rollouts of ppo with the trunk's seeds are the trunk's own steps 1-2
+    (common random numbers), so they end at the trunk's final weights; fixed bounds at
+    [0.99, 1.01] end elsewhere. The table has the start and each arm, evaluated alike."""
+    ends = study["horizon_ends"]
+    assert all(torch.equal(x, y) for x, y in zip(ends["ppo"], study["trunk_end"], strict=True))
+    assert not all(torch.equal(x, y) for x, y in zip(ends["clip:0.99,1.01"], study["trunk_end"],
+                                                      strict=True))
+    h = study["horizons"].set_index("arm")
+    assert list(h.index) == ["start", "ppo", "clip:0.99,1.01"]
+    assert h.loc["start", "horizon"] == 0 and h.loc["ppo", "horizon"] == 2
+    assert (h["eval_problems"] == 8).all() and (h["rollout"] == 1).all()
+    # the trunk's final eval (step 3) differs in size, but its weights are the ppo arm's: the
+    # probe reading of the ppo arm is the trunk's end reading
+    from src.microscope.probes import Probes, read
+
+    scope = study["scope"]
+    probes = Probes.load(scope.study_dir / "probes.pt")
+    end = read(scope.parts.model, probes, scope.parts.cfg.rollout.temperature)
+    assert h.loc["ppo", "logp_correct"] == end.logp_correct

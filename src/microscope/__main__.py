@@ -30,7 +30,7 @@ def main(args: list[str] | None = None) -> str:
     write_settings(study)
     cfg = study.cfg
     label = {"experiment": cfg.experiment.name, "trunk": cfg.method.name, "seed": cfg.seed}
-    scope = Microscope(study.settings, study.arms, study.dir, label)
+    scope = Microscope(study.settings, study.arms, study.dir, label, study.horizon_arms)
     status = execute(cfg, study.trunk_dir, overrides=study.trunk_args, observe=scope.attach)
     rows = 0 if scope.table is None else len(scope.table.rows)
     print(f"microscope: trunk {status}; {rows} branch rows in {study.dir / 'branches.parquet'}")

@@ -15,19 +15,24 @@ from pathlib import Path
 from src.algorithms.surrogate import carries_gradient
 from src.gradient_step import GradientStep
 from src.microscope.arms import CLASSES, Arm, token_classes
+from src.microscope.horizon import Horizons
 from src.microscope.probes import Probes, Reading, build_probes, kl, read
 from src.microscope.state import Snapshot
 from src.microscope.table import BranchTable
 
 PROBES_FILE = "probes.pt"
 TABLE_FILE = "branches.parquet"
+HORIZONS_FILE = "horizons.parquet"
 
 
 class Microscope:
-    def __init__(self, settings, arms: list[Arm], study_dir: Path, label: dict):
+    def __init__(self, settings, arms: list[Arm], study_dir: Path, label: dict,
+                 horizon_arms: list[Arm] = ()):
         self.settings, self.arms, self.study_dir = settings, arms, Path(study_dir)
         self.label = label  # trunk's experiment, method, seed: a column each
         self.parts = self.probes = self.table = None
+        self.horizons = (Horizons(settings, list(horizon_arms), self.study_dir / HORIZONS_FILE, label)
+                         if horizon_arms else None)
 
     # -- attaching to the trunk ---------------------------------------------------------
     def attach(self, parts, state) -> None:
@@ -45,7 +50,10 @@ class Microscope:
                                "probe is drawn by the step-0 weights; remove the study dir and "
                                "start it again")
         self.table = BranchTable(self.study_dir / TABLE_FILE, resume_at=state.step)
-        parts.trainer.before_update = self.branch
+        if self.arms:
+            parts.trainer.before_update = self.branch
+        if self.horizons is not None:
+            self.horizons.attach(parts, state, self.probes)
 
     def chosen(self, step: int, update: int) -> bool:
         s = self.settings

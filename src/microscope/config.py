@@ -16,8 +16,6 @@ PREFIX = "microscope."
 
 
 def _arms_check(arms: list) -> str | None:
-    if not arms:
-        return "must name at least one arm, e.g. microscope.arms=[ppo,clip_higher,bapo]"
     duplicated = sorted({a for a in arms if arms.count(a) > 1})
     return f"names an arm twice: {duplicated}" if duplicated else None
 
@@ -27,6 +25,12 @@ def _updates_check(updates: list | None) -> str | None:
         return None
     if not updates or any(not isinstance(u, int) or u < 0 for u in updates):
         return f"must be null (every update) or a non-empty list of update indices >= 0, got {updates}"
+    return None
+
+
+def _updates_check_list(values: list) -> str | None:
+    if any(not isinstance(v, int) or v < 0 for v in values):
+        return f"must be a list of trunk steps >= 0, got {values}"
     return None
 
 
@@ -52,6 +56,14 @@ class MicroscopeConfig:
     correct_problems: int = setting(32, "held-out problems whose correct response is scored "
                                     "teacher-forced (log p(correct))", at_least(1))
 
+    horizon_arms: list = setting([], "arms trained for `horizon` rollouts from the same trunk state "
+                                 "(methods, clip:LOW,HIGH, noclip, nonorm:ARM)", _arms_check)
+    horizon: int = setting(5, "rollouts each short-horizon branch trains for", at_least(1))
+    horizon_states: list = setting([], "the trunk steps (rollouts) a short-horizon branch starts at",
+                                   _updates_check_list)
+    horizon_eval_problems: int = setting(180, "held-out problems each short-horizon branch is "
+                                         "evaluated on", at_least(1))
+    horizon_eval_samples: int = setting(4, "sampled responses per problem in that eval", at_least(1))
     dir: str | None = setting(None, "the study's dir (null: runs/microscope/ + the trunk's run dir "
                               "under runs/); the trunk's run dir is its trunk/")
 
@@ -80,5 +92,13 @@ def parse_microscope(args: list[str]) -> tuple[MicroscopeConfig, list[str]]:
             raise ConfigError(f"{PREFIX}{key}: cannot read {arg!r} ({e})") from None
     cfg = MicroscopeConfig(**values)
     cfg.arms = [str(a) for a in cfg.arms]
+    cfg.horizon_arms = [str(a) for a in cfg.horizon_arms]
     check_fields(cfg, "microscope")
+    if not cfg.arms and not cfg.horizon_arms:
+        raise ConfigError("microscope.arms must name at least one arm (or microscope.horizon_arms "
+                          "one), e.g. microscope.arms=[ppo,clip_higher,bapo]")
+    if bool(cfg.horizon_arms) != bool(cfg.horizon_states):
+        raise ConfigError("microscope.horizon_states: short-horizon branches need both "
+                          "microscope.horizon_arms and microscope.horizon_states, got "
+                          f"{cfg.horizon_arms} and {cfg.horizon_states}")
     return cfg, trunk

@@ -32,6 +32,7 @@ class Study:
     cfg: Config  # the trunk's
     trunk_args: list[str]
     arms: list[Arm]
+    horizon_arms: list[Arm]
     dir: Path
 
     @property
@@ -73,7 +74,12 @@ def prepare(args: list[str]) -> Study:
                 raise ConfigError(f"microscope.arms: {method!r} is no arm: {e}") from None
 
         arms = build_arms(settings.arms, cfg, compose)
-    study = Study(settings, cfg, trunk_args, arms, study_dir)
+        horizon_arms = build_arms(settings.horizon_arms, cfg, compose)
+    for arm in horizon_arms:
+        if arm.kind in ("mask", "zero"):
+            raise ConfigError(f"microscope.horizon_arms: {arm.spec} changes one mini-batch's loss, "
+                              "not a rule a run can train with; use it in microscope.arms")
+    study = Study(settings, cfg, trunk_args, arms, horizon_arms, study_dir)
     check_existing_run(cfg, study.trunk_dir)
     check_run_dir_free(study.trunk_dir)
     check_study_dir(study)
@@ -99,9 +105,9 @@ def check_study_dir(study: Study) -> None:
                     f"microscope.{key}: the study in {study.dir} was made with "
                     f"{stored.get('settings', {}).get(key)!r}, this command gives {value!r}; "
                     "use the same settings to resume it, or another microscope.dir")
-    table = study.dir / "branches.parquet"
-    if table.exists():
-        read_branches(table)
+    for name in ("branches.parquet", "horizons.parquet"):
+        if (study.dir / name).exists():
+            read_branches(study.dir / name)
 
 
 def write_settings(study: Study) -> None:
