@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+import pandas as pd
 from matplotlib.backend_bases import FigureCanvasBase
 
 if __package__ in (None, ""):  # run as a script: make `analysis` importable from the repo root
@@ -138,6 +139,15 @@ def out_problem(out: Path) -> str | None:
     return None
 
 
+def claim_count_lines(claims: pd.DataFrame) -> list[str]:
+    """One suite's verdict counts before and after Holm's correction, each line saying which
+    (REPORT.md quotes both; the after-Holm count is the one that controls the error rate)."""
+    tests = int(claims["tests"].iat[0]) if len(claims) else 0
+    after = verdict_counts(claims, "holm_verdict")
+    return [f"before Holm: {verdict_counts(claims)}",
+            f"after Holm over the suite's {tests} tested rows: {after}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
@@ -191,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(staged, ignore_errors=True)
         raise
     for suite in runs.suites:
-        counts = verdict_counts(claims[claims["suite"] == suite])
-        print(f"claims of suite {suite}: {counts}")
+        print(f"claims of suite {suite}:", *claim_count_lines(claims[claims["suite"] == suite]),
+              sep="\n  ")
     print(f"made    {out / 'REPORT.md'}, results.csv, claims.csv, claim_counts.csv, runs.csv")
     for m in runs.messages:
         print(f"  note: {m}")

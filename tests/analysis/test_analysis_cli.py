@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis import make_figures
@@ -144,6 +145,32 @@ def test_a_rerun_on_the_same_runs_writes_the_same_bytes(tmp_path, write_run):
     again = written()
     assert sorted(again) == sorted(first)
     assert [name for name in first if again[name] != first[name]] == []
+
+
+def test_claim_counts_say_which_are_before_and_which_after_holm():
+    """Holm turns a settled row whose adjusted p is not below 0.05 into `not settled`; a row
+    that holds by construction is in neither count."""
+    claims = pd.DataFrame({
+        "verdict": ["held", "held", "not held", "not settled", "held"],
+        "holm_verdict": ["held", "not settled", "not settled", "not settled", "held"],
+        "tests": [4] * 5,
+        "by_construction": ["", "", "", "", "the clip makes it so"],
+    })
+    assert make_figures.claim_count_lines(claims) == [
+        "before Holm: 2 held, 1 not held, 1 not settled; 1 by construction (shown, not counted)",
+        "after Holm over the suite's 4 tested rows: 1 held, 3 not settled; "
+        "1 by construction (shown, not counted)",
+    ]
+
+
+def test_make_figures_prints_both_counts_per_suite(tmp_path, write_run, capsys):
+    write_run(tmp_path / "runs", "ppo", 2, 0, steps=2)
+    assert make_figures.main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "f"),
+                              "--only", "fig11", "--formats", "png", "--dpi", "30"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("claims of suite sweep:")  # the experiment names the suite
+    assert lines[at + 1].startswith("  before Holm: ")
+    assert lines[at + 2].startswith("  after Holm over the suite's ")
 
 
 @pytest.mark.parametrize("bad, says", [
