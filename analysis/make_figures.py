@@ -19,6 +19,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
+
+import pandas as pd
+from matplotlib.backend_bases import FigureCanvasBase
 
 if __package__ in (None, ""):  # run as a script: make `analysis` importable from the repo root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -64,10 +68,27 @@ FIGURES: tuple[Figure, ...] = (
 TEXT_OUTPUTS = ("REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "runs.csv",
                 "bapo_search.csv", "batch_claims.csv")
 SUITES_DIR = "suites"  # figures of every suite but the largest, one dir each
+EXIT_USAGE = 2  # a bad option, nothing to read or nowhere to write: the command line is at fault
+FORMATS = sorted(FigureCanvasBase.get_supported_filetypes())  # what matplotlib can write
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number > 0 (a dpi, a step count, a window)."""
+    if not (text.isdigit() and int(text) > 0):
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, got {text!r}")
+    return int(text)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad options end the command with one line naming the option and what it takes, exit 2,
+    before any run is read or any file written."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {message}\n")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--runs", nargs="+", default=["runs"], help="dirs searched for run dirs")
     p.add_argument(
         "--out",
@@ -75,12 +96,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="output dir (figures + REPORT.md); the committed figures are made with "
         "--runs experiments/results --out figures",
     )
-    p.add_argument("--formats", nargs="+", default=["png", "pdf"])
-    p.add_argument("--dpi", type=int, default=150)
+    p.add_argument("--formats", nargs="+", default=["png", "pdf"], choices=FORMATS,
+                   metavar="FORMAT", help=f"one or more of: {', '.join(FORMATS)}")
+    p.add_argument("--dpi", type=positive_int, default=150)
     p.add_argument("--experiment", nargs="+", help="only runs of these experiment names")
     p.add_argument("--only", nargs="+", help="only figures whose name starts with these")
-    p.add_argument("--last-k", type=int, default=5, help="steps averaged as 'final'")
-    p.add_argument("--smooth", type=int, default=1, help="rolling window over steps")
+    p.add_argument("--last-k", type=positive_int, default=5, help="steps averaged as 'final'")
+    p.add_argument("--smooth", type=positive_int, default=1, help="rolling window over steps")
     p.add_argument("--docs", nargs="*", default=[], type=Path,
                    help="docs whose generated blocks naming --out are refilled from the new "
                    "report (analysis/reports/doc_blocks.py), e.g. docs/reproduction.md")
@@ -109,15 +131,21 @@ def swap_in(staged: Path, out: Path) -> None:
     staged.rmdir()
 
 
-EXIT_USAGE = 2  # nothing to read or nowhere to write: the command line is at fault
-
-
 def out_problem(out: Path) -> str | None:
     """Why `out` cannot be the output dir (a file, or a file on its path), else None."""
     for p in (out, *out.parents):
         if p.exists():
             return None if p.is_dir() else f"--out {out}: {p} is a file, not a dir"
     return None
+
+
+def claim_count_lines(claims: pd.DataFrame) -> list[str]:
+    """One suite's verdict counts before and after Holm's correction, each line saying which
+    (REPORT.md quotes both; the after-Holm count is the one that controls the error rate)."""
+    tests = int(claims["tests"].iat[0]) if len(claims) else 0
+    after = verdict_counts(claims, "holm_verdict")
+    return [f"before Holm: {verdict_counts(claims)}",
+            f"after Holm over the suite's {tests} tested rows: {after}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(staged, ignore_errors=True)
         raise
     for suite in runs.suites:
-        counts = verdict_counts(claims[claims["suite"] == suite])
-        print(f"claims of suite {suite}: {counts}")
+        print(f"claims of suite {suite}:", *claim_count_lines(claims[claims["suite"] == suite]),
+              sep="\n  ")
     print(f"made    {out / 'REPORT.md'}, results.csv, claims.csv, claim_counts.csv, runs.csv")
     for m in runs.messages:
         print(f"  note: {m}")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis import make_figures
@@ -116,3 +118,83 @@ def test_a_run_with_a_partial_config_beside_whole_ones_is_noted_and_skipped(tmp_
     why = "partial config.yaml (no device, model, task, rollout, eval), so its cell cannot be told"
     assert runs.skipped == [(str(partial.path), why)]
     assert f"{partial.path}: skipped, {why}" in runs.messages
+
+
+def test_a_rerun_on_the_same_runs_writes_the_same_bytes(tmp_path, write_run):
+    """PDFs and SVGs carry no time of writing (and SVG ids no random salt), so a rerun gives
+    every file byte for byte: regenerated figures diff clean against committed ones."""
+    for seed in (0, 1):
+        write_run(tmp_path / "runs", "ppo", 1, seed)
+        write_run(tmp_path / "runs", "ppo", 2, seed)
+    out = tmp_path / "figs"
+    args = ["--runs", str(tmp_path / "runs"), "--out", str(out), "--only", "fig02", "fig11",
+            "--formats", "png", "pdf", "svg", "--dpi", "30"]
+
+    def written() -> dict[str, bytes]:
+        return {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*")
+                if p.is_file()}
+
+    assert make_figures.main(args) == 0
+    first = written()
+    assert {f"fig11_final_accuracy.{ext}" for ext in ("png", "pdf", "svg")} <= set(first)
+    # A date in the file would differ only across a second's boundary: look for it directly.
+    assert all(b"/CreationDate" not in data for name, data in first.items() if name.endswith("pdf"))
+    assert all(b"<dc:date>" not in data for name, data in first.items() if name.endswith("svg"))
+    time.sleep(1.1)  # past the second a dated file would carry
+    assert make_figures.main(args) == 0
+    again = written()
+    assert sorted(again) == sorted(first)
+    assert [name for name in first if again[name] != first[name]] == []
+
+
+def test_claim_counts_say_which_are_before_and_which_after_holm():
+    """Holm turns a settled row whose adjusted p is not below 0.05 into `not settled`; a row
+    that holds by construction is in neither count."""
+    claims = pd.DataFrame({
+        "verdict": ["held", "held", "not held", "not settled", "held"],
+        "holm_verdict": ["held", "not settled", "not settled", "not settled", "held"],
+        "tests": [4] * 5,
+        "by_construction": ["", "", "", "", "the clip makes it so"],
+    })
+    assert make_figures.claim_count_lines(claims) == [
+        "before Holm: 2 held, 1 not held, 1 not settled; 1 by construction (shown, not counted)",
+        "after Holm over the suite's 4 tested rows: 1 held, 3 not settled; "
+        "1 by construction (shown, not counted)",
+    ]
+
+
+def test_make_figures_prints_both_counts_per_suite(tmp_path, write_run, capsys):
+    write_run(tmp_path / "runs", "ppo", 2, 0, steps=2)
+    assert make_figures.main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "f"),
+                              "--only", "fig11", "--formats", "png", "--dpi", "30"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("claims of suite sweep:")  # the experiment names the suite
+    assert lines[at + 1].startswith("  before Holm: ")
+    assert lines[at + 2].startswith("  after Holm over the suite's ")
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["--formats", "png", "bmpx"], "argument --formats: invalid choice: 'bmpx' (choose from "),
+    (["--dpi", "0"], "argument --dpi: must be a whole number > 0, got '0'"),
+    (["--dpi", "1.5"], "argument --dpi: must be a whole number > 0, got '1.5'"),
+    (["--last-k", "0"], "argument --last-k: must be a whole number > 0, got '0'"),
+    (["--smooth", "-2"], "argument --smooth: must be a whole number > 0, got '-2'"),
+])
+def test_a_bad_option_is_refused_before_any_work(tmp_path, write_run, capsys, bad, says):
+    write_run(tmp_path / "runs", "ppo", 2, 0, steps=2)
+    out = tmp_path / "figs"
+    with pytest.raises(SystemExit) as exit_:
+        make_figures.main(["--runs", str(tmp_path / "runs"), "--out", str(out), *bad])
+    assert exit_.value.code == 2
+    printed = capsys.readouterr()
+    assert printed.out == ""  # not even "read N runs": nothing was started
+    assert printed.err.startswith(f"error: {says}") and printed.err.count("\n") == 1
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_every_format_matplotlib_writes_is_offered():
+    from matplotlib.figure import Figure
+
+    supported = Figure().canvas.get_supported_filetypes()
+    assert {"png", "pdf", "svg"} <= set(supported)
+    assert make_figures.parse_args(["--formats", *supported]).formats == list(supported)
