@@ -75,6 +75,7 @@ def study(tmp_path_factory, smoke_overrides):
     assert execute(compose(overrides), plain) == "finished"
     s = prepare([*overrides, f"microscope.arms=[{','.join(repr(a) for a in ARMS)}]",
                  "microscope.probe_prompts=4", "microscope.correct_problems=8",
+                 "microscope.subset_arms=[sapo]", "microscope.subset_every=2",
                  "microscope.horizon_arms=[ppo,'clip:0.99,1.01']", "microscope.horizon_states=[1]",
                  "microscope.horizon=2", "microscope.horizon_eval_problems=8",
                  "microscope.horizon_eval_samples=2", f"microscope.dir={root / 'study'}"])
@@ -134,8 +135,10 @@ def _trunk_tokens(study, rollout, update):
 @pytest.mark.slow
 def test_each_kind_of_arm_against_the_trunks_tokens(study):
     table = study["table"]
-    assert sorted(table["arm"].unique()) == sorted(ARMS)
-    assert len(table) == 6 * len(ARMS)
+    assert sorted(table["arm"].unique()) == sorted([*ARMS, "sapo"])
+    # every arm at the 6 states; the subset arm at rollouts 0 and 2 only
+    assert len(table) == 6 * len(ARMS) + 4
+    assert sorted(set(table.query("arm == 'sapo'")["rollout"])) == [0, 2]
     for (rollout, update), rows in table.groupby(["rollout", "update"]):
         arms = rows.set_index("arm")
         tokens = _trunk_tokens(study, rollout, update)

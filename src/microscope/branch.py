@@ -10,6 +10,7 @@ in-place step would invalidate (the numbers are the same, bit for bit: tests/tes
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from src.algorithms.surrogate import carries_gradient
@@ -72,13 +73,22 @@ class Microscope:
         mb.policy_pass = None
         snapshot = Snapshot(trainer.model, trainer.optimizer, trainer.scheduler)
         temperature = self.parts.cfg.rollout.temperature
+        t0 = time.perf_counter()
         before = read(trainer.model, self.probes, temperature)
+        clock = {"time_read_before_s": time.perf_counter() - t0}
         classes = token_classes(mb)
         rows = []
+        subset_state = step % self.settings.subset_every == 0
         for arm in self.arms:
+            if arm.spec in self.settings.subset_arms and not subset_state:
+                continue
+            t0 = time.perf_counter()
             record, out = self._update(arm, mb, classes, version, on_policy, seed)
+            t1 = time.perf_counter()
             after = read(trainer.model, self.probes, temperature)
-            rows.append(self._row(arm, step, update, record, out, classes, before, after))
+            clock.update(time_update_s=t1 - t0, time_read_s=time.perf_counter() - t1)
+            rows.append({**self._row(arm, step, update, record, out, classes, before, after),
+                         **clock})
             snapshot.restore()
         self.table.add(rows)
 

@@ -41,6 +41,10 @@ class MicroscopeConfig:
                          "high_pos, high_neg), zero (the optimizer's drift alone), or nonorm:ARM (ARM without "
                          "gradient-norm clipping)",
                          _arms_check)
+    subset_arms: list = setting([], "more arms, branched only at the chosen states whose rollout is a "
+                                "multiple of microscope.subset_every (a cheaper subset of states)",
+                                _arms_check)
+    subset_every: int = setting(3, "see microscope.subset_arms", at_least(1))
     every: int = setting(1, "branch at rollouts (trunk steps) whose index is a multiple of this",
                          at_least(1))
     first: int = setting(0, "the first rollout to branch at", at_least(0))
@@ -93,6 +97,9 @@ def parse_microscope(args: list[str]) -> tuple[MicroscopeConfig, list[str]]:
     cfg = MicroscopeConfig(**values)
     cfg.arms = [str(a) for a in cfg.arms]
     cfg.horizon_arms = [str(a) for a in cfg.horizon_arms]
+    cfg.subset_arms = [str(a) for a in cfg.subset_arms]
+    if both := sorted(set(cfg.arms) & set(cfg.subset_arms)):
+        raise ConfigError(f"microscope.subset_arms: {both} are in microscope.arms too; name an arm once")
     check_fields(cfg, "microscope")
     if not cfg.arms and not cfg.horizon_arms:
         raise ConfigError("microscope.arms must name at least one arm (or microscope.horizon_arms "

@@ -73,7 +73,7 @@ def prepare(args: list[str]) -> Study:
             except ConfigError as e:
                 raise ConfigError(f"microscope.arms: {method!r} is no arm: {e}") from None
 
-        arms = build_arms(settings.arms, cfg, compose)
+        arms = build_arms(settings.arms + settings.subset_arms, cfg, compose)
         horizon_arms = build_arms(settings.horizon_arms, cfg, compose)
     for arm in horizon_arms:
         if arm.kind in ("mask", "zero"):
