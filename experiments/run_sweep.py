@@ -76,7 +76,11 @@ POLL_S = 2.0
 
 # What a sweep's claims are judged on, declared in sweeps.yaml before it runs; the reports
 # show the other accuracy metric beside it (analysis/claims/).
-PRIMARY_METRICS = ("greedy_accuracy", "sampled_accuracy", "entropy_drift")
+PRIMARY_METRICS = ("greedy_accuracy", "sampled_accuracy", "entropy_drift",
+                   "per_claim")  # per_claim: a microscope study, each claim row names its metric
+# A sweep with `entry: microscope` is an update-microscope study (docs/microscope.md): its
+# grids are the trunks' overrides, run by experiments/microscope/run_study.py.
+MICROSCOPE = "microscope"
 
 
 def load_sweeps() -> dict[str, Any]:
@@ -118,6 +122,9 @@ def sweep_commands(name: str, extra: list[str],
     `launch_command` runs the same jobs through the sweep's job wrapper); `parts` (1-based)
     keeps only those parts, in the sweep's order."""
     grids = sweep_grids(name)
+    if load_sweeps()[name].get("entry") == MICROSCOPE:
+        config_exit(f"sweep {name!r} is an update-microscope study: run it with "
+                    f"python experiments/microscope/run_study.py {name}")
     chosen = sorted(set(parts)) if parts else list(range(1, len(grids) + 1))
     if bad := [n for n in chosen if not 1 <= n <= len(grids)]:
         config_exit(f"--part {bad[0]}: sweep {name!r} has parts 1-{len(grids)} "
@@ -528,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)
     if args.part and args.sweep == "all":
         config_exit("--part picks parts of one sweep; name the sweep instead of 'all'")
-    names = list(load_sweeps()) if args.sweep == "all" else [args.sweep]
+    names = ([n for n, e in load_sweeps().items() if e.get("entry") != MICROSCOPE]
+             if args.sweep == "all" else [args.sweep])
     launch = choose_launcher(args.launcher, args.workers, args.threads, args.extra)
     extra = [*args.extra, *launch.overrides]
     commands = [cmd for name in names for cmd in sweep_commands(name, extra, args.part)]

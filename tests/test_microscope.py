@@ -67,7 +67,7 @@ class Recording(Microscope):
 def study(tmp_path_factory, smoke_overrides):
     """A microscope study on the smoke testbed (3 rollouts x 2 updates, every state branched)
     and the same run by `python -m src.run`'s `execute`."""
-    from src.microscope.study import prepare, write_settings
+    from src.microscope.study import prepare, study_label, write_settings
 
     root = tmp_path_factory.mktemp("microscope")
     overrides = [*smoke_overrides, "method=ppo", "logger.token_fraction=1.0"]
@@ -80,7 +80,7 @@ def study(tmp_path_factory, smoke_overrides):
                  "microscope.horizon=2", "microscope.horizon_eval_problems=8",
                  "microscope.horizon_eval_samples=2", f"microscope.dir={root / 'study'}"])
     write_settings(s)
-    label = {"experiment": s.cfg.experiment.name, "trunk": s.cfg.method.name, "seed": s.cfg.seed}
+    label = study_label(s.cfg)
     scope = Recording(s.settings, s.arms, s.dir, label, s.horizon_arms)
     horizon_ends = {}
     own_run_arm = scope.horizons._run_arm

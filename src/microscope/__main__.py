@@ -19,7 +19,7 @@ from src.config_fields import ConfigError, config_exit  # noqa: E402
 
 def main(args: list[str] | None = None) -> str:
     from src.microscope.branch import Microscope
-    from src.microscope.study import prepare, write_settings
+    from src.microscope.study import prepare, study_label, write_settings
     from src.run import execute
 
     args = sys.argv[1:] if args is None else args
@@ -29,7 +29,7 @@ def main(args: list[str] | None = None) -> str:
         config_exit(str(e))
     write_settings(study)
     cfg = study.cfg
-    label = {"experiment": cfg.experiment.name, "trunk": cfg.method.name, "seed": cfg.seed}
+    label = study_label(cfg)
     scope = Microscope(study.settings, study.arms, study.dir, label, study.horizon_arms)
     status = execute(cfg, study.trunk_dir, overrides=study.trunk_args, observe=scope.attach)
     rows = 0 if scope.table is None else len(scope.table.rows)

@@ -17,7 +17,7 @@ from src.algorithms.surrogate import carries_gradient
 from src.gradient_step import GradientStep
 from src.microscope.arms import CLASSES, Arm, token_classes
 from src.microscope.horizon import Horizons
-from src.microscope.probes import Probes, Reading, build_probes, kl, read
+from src.microscope.probes import Probes, Reading, build_probes, change_se, kl, read
 from src.microscope.state import Snapshot
 from src.microscope.table import BranchTable
 
@@ -112,6 +112,10 @@ class Microscope:
                "logp_correct_before": before.logp_correct,
                "d_logp_correct": after.logp_correct - before.logp_correct,
                "kl": kl(before, after),
+               # the probes' own sampling error of the two changes (per response, per problem;
+               # the entropy's per response, so it is a rough guide for the per-token mean)
+               "d_entropy_se": change_se(before.per_response_entropy, after.per_response_entropy),
+               "d_logp_correct_se": change_se(before.per_problem_logp, after.per_problem_logp),
                "positive_share": record.get("contrib_grad_pos_share"),
                "clip_fraction": record.get("clip_frac"),
                "grad_norm": record.get("grad_norm"), "grad_clipped": record.get("grad_clipped"),

@@ -47,11 +47,14 @@ class Probes:
 @dataclass
 class Reading:
     """A policy's numbers on the probes: mean entropy per sampled-probe token, mean log p of
-    a correct response per problem, and the sampled probe's log-probs [N, V] (for the KL)."""
+    a correct response per problem, the sampled probe's log-probs [N, V] (for the KL), and
+    the per-response entropies and per-problem log-probs (for the probes' own noise)."""
 
     entropy: float
     logp_correct: float
     log_probs: Tensor
+    per_response_entropy: Tensor
+    per_problem_logp: Tensor
 
 
 def build_probes(parts, settings) -> Probes:
@@ -113,10 +116,21 @@ def read(model: torch.nn.Module, probes: Probes, temperature: float) -> Reading:
     mask = sampled.response_mask.to(logits.device)
     log_probs = torch.log_softmax(logits[mask].float() / temperature, dim=-1)
     entropy = -(log_probs.exp() * log_probs).sum(-1)
+    per_response = torch.zeros(mask.shape, dtype=torch.float64, device=logits.device)
+    per_response[mask] = entropy.double()
+    per_response = per_response.sum(1) / mask.sum(1).clamp(min=1)
     logp, _ = response_logprobs(model, probes.correct, with_entropy=False, temperature=temperature)
     correct_mask = probes.correct.response_mask.to(logp.device)
     per_problem = torch.where(correct_mask, logp, 0.0).double().sum(dim=1)
-    return Reading(float(entropy.double().mean()), float(per_problem.mean()), log_probs)
+    return Reading(float(entropy.double().mean()), float(per_problem.mean()), log_probs,
+                   per_response.cpu(), per_problem.cpu())
+
+
+def change_se(before: Tensor, after: Tensor) -> float:
+    """The standard error of the mean change over the probe's items (responses or problems):
+    how far a probe of this size is from its population, state by state."""
+    d = (after - before).double()
+    return float(d.std(unbiased=True) / d.numel() ** 0.5) if d.numel() > 1 else float("nan")
 
 
 def kl(before: Reading, after: Reading) -> float:

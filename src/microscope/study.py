@@ -86,6 +86,15 @@ def prepare(args: list[str]) -> Study:
     return study
 
 
+def study_label(cfg: Config) -> dict:
+    """The columns every row of a study carries: where its states come from. `minibatch`
+    (responses per update) keeps studies at other batch sizes from pooling."""
+    from src.schedule import minibatch_size
+
+    return {"experiment": cfg.experiment.name, "trunk": cfg.method.name, "seed": cfg.seed,
+            "minibatch": minibatch_size(cfg.train)}
+
+
 def default_study_dir(run_dir: Path) -> Path:
     """runs/microscope/<the trunk's run dir under runs/>, or <run dir>-microscope elsewhere."""
     if run_dir.parts and run_dir.parts[0] == "runs":
@@ -124,4 +133,5 @@ def write_settings(study: Study) -> None:
         tmp.replace(path)
 
 
-__all__ = ["Study", "default_study_dir", "parse_microscope", "prepare", "write_settings"]
+__all__ = ["Study", "default_study_dir", "parse_microscope", "prepare", "study_label",
+           "write_settings"]

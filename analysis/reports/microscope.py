@@ -1,0 +1,141 @@
+"""REPORT.md of a microscope study: the claims (E1-E5) judged, Insight 2's table measured,
+each rule's own effects, BAPO's bounds as a distribution, and the figures.
+
+Reads the study dirs' `branches.parquet` and `horizons.parquet` (docs/run_dir.md) and their
+`microscope.yaml` (the settings and the commit each ran from).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from analysis.claims.microscope import Claim, judge
+from analysis.figures.microscope import (
+    CLASS_LABELS,
+    CLASS_SIGNS,
+    draw_entropy_by_arm,
+    draw_horizon_accuracy,
+    draw_insight2,
+    draw_logp_vs_share,
+    own_effects,
+)
+
+
+def find_studies(roots: list[Path]) -> list[Path]:
+    """Every study dir under `roots` (a dir holding microscope.yaml)."""
+    return sorted({p.parent for r in roots for p in Path(r).rglob("microscope.yaml")})
+
+
+def load_tables(studies: list[Path]) -> tuple[dict[str, pd.DataFrame], list[dict]]:
+    tables: dict[str, list[pd.DataFrame]] = {"branches": [], "horizons": []}
+    meta = []
+    for study in studies:
+        meta.append({"dir": str(study), **yaml.safe_load((study / "microscope.yaml").read_text())})
+        for name in tables:
+            path = study / f"{name}.parquet"
+            if path.exists():
+                tables[name].append(pd.read_parquet(path))
+    return {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in tables.items()}, meta
+
+
+def fmt(x: float, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:+.{digits}g}" if abs(x) < 1e-2 and x != 0 else f"{x:+.{digits}f}"
+
+
+def claims_table(judged: pd.DataFrame) -> list[str]:
+    lines = ["| id | claim | compared | paper | expected before the runs | measured (95% cluster bootstrap) "
+             "| trunks agreeing | verdict (Holm) | states needed |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in judged.itertuples():
+        measured = (f"{fmt(r.mean)} [{fmt(r.low)}, {fmt(r.high)}], {r.states} states"
+                    if r.states else "no data")
+        needed = "-" if math.isnan(r.states_needed) else f"~{math.ceil(r.states_needed)}"
+        lines.append(f"| {r.id} | {r.claim} | {r.compared} ({r.metric}) | {r.paper} | {r.expect} | "
+                     f"{measured} | {r.agree} | {r.verdict} ({r.holm_verdict}) | {needed} |")
+    return lines
+
+
+def insight2_table(branches: pd.DataFrame) -> list[str]:
+    effects = own_effects(branches, "d_entropy").set_index("arm")
+    lines = ["| token class | paper (Insight 2) | entropy change, mask - zero step | states |",
+             "|---|---|---|---|"]
+    for c, sign in CLASS_SIGNS.items():
+        if f"mask:{c}" not in effects.index:
+            continue
+        e = effects.loc[f"mask:{c}"]
+        lines.append(f"| {CLASS_LABELS[c]} | {'rises' if sign > 0 else 'falls'} | "
+                     f"{fmt(e['mean'])} [{fmt(e['low'])}, {fmt(e['high'])}] | {int(e['states'])} |")
+    return lines
+
+
+def arm_summary(branches: pd.DataFrame) -> list[str]:
+    """Per arm, means over its states: the readings, the mini-batch's numbers and the norm clip."""
+    cols = ["d_entropy", "d_logp_correct", "kl", "positive_share", "clip_fraction",
+            "clip_frac_low_pos", "grad_norm"]
+    g = branches.groupby("arm")
+    table = g[cols].mean().join(g["grad_clipped"].mean().rename("norm_clipped")).join(
+        g.size().rename("states"))
+    lines = ["| arm | states | d_entropy | d_logp_correct | KL | positive share | clip fraction "
+             "| clip frac, low-p A>0 | grad norm | norm clip bound |", "|---" * 10 + "|"]
+    for arm, r in table.iterrows():
+        lines.append(f"| {arm} | {int(r['states'])} | " + " | ".join(
+            fmt(r[c]) for c in [*cols, "norm_clipped"]) + " |")
+    return lines
+
+
+def bounds_distribution(branches: pd.DataFrame, arm: str = "bapo") -> list[str]:
+    """Where the search left the bounds, as shares of the arm's states (not a mean: the bounds
+    pile up at the grid's limits)."""
+    mine = branches[branches["arm"] == arm]
+    if mine.empty:
+        return []
+    counts = mine.groupby(["c_low", "c_high"]).size().sort_values(ascending=False)
+    lines = [f"| {arm}: (c_low, c_high) | share of its {len(mine)} states |", "|---|---|"]
+    lines += [f"| ({lo:g}, {hi:g}) | {n / len(mine):.3f} |" for (lo, hi), n in counts.head(8).items()]
+    return lines
+
+
+def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png",),
+                 dpi: int = 150) -> Path:
+    studies = find_studies(roots)
+    tables, meta = load_tables(studies)
+    judged = judge([Claim.from_entry(c) for c in claims], tables)
+    branches, horizons = tables["branches"], tables["horizons"]
+    out.mkdir(parents=True, exist_ok=True)
+    figures = []
+    if not branches.empty:
+        figures += [draw_entropy_by_arm(branches, out, formats, dpi),
+                    draw_insight2(branches, out, formats, dpi),
+                    draw_logp_vs_share(branches, out, formats, dpi)]
+    if not horizons.empty:
+        figures.append(draw_horizon_accuracy(horizons, out, formats, dpi))
+    lines = _header(meta, branches, horizons) + ["## Claims", ""] + claims_table(judged)
+    if not branches.empty:
+        lines += ["", "## Insight 2, measured", ""] + insight2_table(branches)
+        lines += ["", "## Each arm, mean over its states", ""] + arm_summary(branches)
+        lines += ["", "## BAPO's bounds", ""] + bounds_distribution(branches)
+    lines += ["", "## Figures", ""] + [f"![{p[0].stem}]({p[0].name})" for p in figures]
+    path = out / "REPORT.md"
+    path.write_text("\n".join(lines) + "\n")
+    judged.to_csv(out / "claims.csv", index=False)
+    return path
+
+
+def _header(meta: list[dict], branches: pd.DataFrame, horizons: pd.DataFrame) -> list[str]:
+    commits = sorted({str(m.get("commit"))[:7] for m in meta})
+    trunks = sorted({(m["trunk_overrides"] and " ".join(m["trunk_overrides"])) for m in meta})
+    n_states = 0 if branches.empty else branches.groupby(["seed", "rollout", "update"]).ngroups
+    return ["# The update microscope", "",
+            f"{len(meta)} studies from commit(s) {', '.join(commits)}; {n_states} branched states, "
+            f"{0 if horizons.empty else len(horizons)} short-horizon rows. Trunks:", "",
+            *[f"- `{t}`" for t in trunks], "",
+            "Intervals: two-stage cluster bootstrap (trunk seeds, then rollouts within them; "
+            "docs/statistics.md). A row with fewer than 3 trunks is a pilot and gets no verdict. "
+            "`states needed`: states at this design that would settle a not-settled row at the "
+            "table's Bonferroni level with 80% power, from its measured mean and spread.", ""]
