@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from _setup import REPO  # this checkout first on sys.path
 
 
 def main() -> None:

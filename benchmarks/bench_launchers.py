@@ -33,8 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from _setup import REPO  # this checkout first on sys.path
 
 TINY = ["model.architecture.hidden_size=64", "model.architecture.num_layers=2",
         "model.architecture.num_heads=2", "model.sft.steps=150", "model.sft.batch_size=32",

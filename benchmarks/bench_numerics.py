@@ -26,12 +26,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from src.pinning import pin_process  # noqa: E402
+from _setup import REPO
+
+from src.pinning import pin_process
 
 if __name__ == "__main__":
     pin_process()  # pins (or not, numerics=native) before torch loads; its children too
@@ -41,28 +40,11 @@ MODES = ("native", "portable")
 
 def sft_child(steps: int) -> None:
     """Time `steps` SFT iterations in this process's mode; prints one JSON line."""
-    import torch
+    from _sft_timing import seconds_per_sft_iteration
 
     from src._numerics import fingerprint
-    from src.models.tiny import build_tiny_model
-    from src.models.tokenizer import train_tokenizer
-    from src.tasks import get_task
-    from src.warm_start import resolve_configs
-    from src.warm_start.sft import sft
 
-    torch.set_num_threads(2)
-    m, s = resolve_configs({"tokenizer_corpus": 2000}, {"steps": 1})
-    task = get_task("arithmetic")
-    tok = train_tokenizer(task.corpus(int(m["tokenizer_corpus"])), m["vocab_size"])
-    model = build_tiny_model(tok, arch=m["arch"], hidden_size=m["hidden_size"],
-                             num_layers=m["num_layers"], num_heads=m["num_heads"],
-                             intermediate_size=m["intermediate_size"],
-                             max_position_embeddings=m["max_position_embeddings"],
-                             tie_word_embeddings=m["tie_word_embeddings"], seed=0)
-    sft(model, tok, task, s, seed=0, progress=False)  # untimed: first-call allocations
-    t0 = time.perf_counter()
-    sft(model, tok, task, {**s, "steps": steps}, seed=0, progress=False)
-    print(json.dumps({"s": (time.perf_counter() - t0) / steps, "isa": fingerprint()["isa"]}))
+    print(json.dumps({"s": seconds_per_sft_iteration(steps, threads=2), "isa": fingerprint()["isa"]}))
 
 
 def time_sft(mode: str, steps: int) -> float:

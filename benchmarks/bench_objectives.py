@@ -25,15 +25,14 @@ import argparse
 import math
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 # On a shared machine, OpenMP's default busy-wait makes a 2-thread torch op up to ~50x slower
 # whenever another process holds a core; passive waiting keeps the numbers about the code.
 # Set OMP_WAIT_POLICY yourself to override (it must be set before torch is imported).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import _setup  # noqa: E402, F401 - this checkout first on sys.path
 
 from src.pinning import pin_process  # noqa: E402
 

@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import _setup  # noqa: F401 - this checkout first on sys.path
 
 ARMS = {
     "fresh": [],

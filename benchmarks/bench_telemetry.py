@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import _setup  # noqa: F401 - this checkout first on sys.path
 
 
 def main() -> None:

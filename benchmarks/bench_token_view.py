@@ -51,9 +51,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from _setup import REPO as ROOT  # this checkout first on sys.path
 
 from analysis.token_view import ROW_BUDGET  # noqa: E402
 from src.telemetry import TOKEN_SCHEMA  # noqa: E402

@@ -50,7 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _setup import REPO  # this checkout first on sys.path; loads nothing of it
+
 ENGINES = ("project", "trl", "plug", "process")
 LR = 5e-5
 
@@ -68,7 +69,6 @@ def _work_overrides(a) -> list[str]:
 
 
 def _project_config(a):
-    sys.path.insert(0, str(REPO))
     from src.build import compose_config
 
     return compose_config([*_work_overrides(a), "logger.progress=false"])
@@ -217,7 +217,6 @@ def child(a) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    sys.path.insert(0, str(REPO))
     if a.child == "trl":
         import torch  # noqa: F401 - stock TRL: torch loads before any project code
     else:

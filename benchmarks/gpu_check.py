@@ -44,9 +44,8 @@ from pathlib import Path
 # On a shared CPU, OpenMP's default busy-wait makes 2-thread torch ops many times slower
 # whenever another process holds a core (benchmarks/bench_objectives.py); set before torch.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+
+import _setup  # noqa: E402, F401 - this checkout first on sys.path
 
 from src.pinning import pin_process  # noqa: E402
 

@@ -23,12 +23,10 @@ import math
 import os
 import statistics
 import sys
-from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+
+import _setup  # noqa: E402, F401 - this checkout first on sys.path
 
 from src.pinning import pin_process  # noqa: E402
 

@@ -12,13 +12,8 @@ time (a share of the sum, so long steps weigh as much as they cost).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import pandas as pd
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 PHASES = {"time_rollout_s": "rollout", "time_behavior_s": "behaviour pass",
           "time_update_s": "updates", "time_telemetry_s": "token rows"}
@@ -60,4 +55,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    import _setup  # noqa: F401 - this checkout's analysis first on sys.path
+
     main()

@@ -175,16 +175,11 @@ def apply_correction(correction, batches: list[MiniBatch]) -> None:
 def decide_per_rollout(method, batches: list[MiniBatch], seed: int) -> None:
     """The method's decision once over the whole rollout, from the behaviour pass: its
     mini-batches stacked in order (padded to the longest), each given its rows."""
-    length = max(mb.logp_behavior.shape[1] for mb in batches)
-
-    def stacked(tensors: list[Tensor]) -> Tensor:
-        return torch.cat([torch.nn.functional.pad(t, (0, length - t.shape[1])) for t in tensors])
-
     device = batches[0].logp_behavior.device
-    logp = stacked([mb.logp_old for mb in batches])
-    mask = stacked([mb.loss_mask.to(device) for mb in batches])
-    adv = stacked([mb.advantages.to(device)[:, None].expand_as(mb.logp_behavior) for mb in batches])
-    entropy = stacked([mb.entropy_behavior for mb in batches])
+    logp = _stack([mb.logp_old for mb in batches])
+    mask = _stack([mb.loss_mask.to(device) for mb in batches])
+    adv = _stack([mb.advantages.to(device)[:, None].expand_as(mb.logp_behavior) for mb in batches])
+    entropy = _stack([mb.entropy_behavior for mb in batches])
     decision = method.decide(method.decision_inputs(logp, logp, adv, mask, entropy, seed))
     start = 0
     for mb in batches:
@@ -193,6 +188,8 @@ def decide_per_rollout(method, batches: list[MiniBatch], seed: int) -> None:
 
 
 def _stack(tensors: list[Tensor]) -> Tensor:
-    """Mini-batch tensors [b, T_b] stacked in order, right-padded to the longest."""
+    """Mini-batch tensors [b, T_b] stacked in order, right-padded to the longest. Every
+    tensor of a mini-batch is T_b wide (its responses' length), so the longest of any one
+    list is the longest mini-batch."""
     length = max(t.shape[1] for t in tensors)
     return torch.cat([torch.nn.functional.pad(t, (0, length - t.shape[1])) for t in tensors])

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-        *sorted(ROOT.glob("*/README.md")), *sorted(ROOT.glob("*/*/README.md"))]
+DOCS = sorted({ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *ROOT.glob("*/README.md"),
+               *ROOT.glob("*/*/README.md"), *ROOT.glob("experiments/**/README.md"),
+               *ROOT.glob("figures/**/REPORT.md")})
 # [text](target) and ![alt](target); the target ends at the first space or ')'.
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FIGURE = re.compile(r"(?<![\w/.])figures/[^\s)`'\"]+\.png")
