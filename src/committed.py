@@ -131,7 +131,11 @@ def placement_lines(run_dir: Path, experiments: Path = EXPERIMENTS, shown: int =
             continue
         low, high = min(finals), max(finals)
         starts = sorted({s for s in map(start_accuracy, seeds) if s is not None})
-        start = f", from a start of {starts[0]:.3f}" if len(starts) == 1 else ""
+        start = ""
+        if len(starts) == 1:  # one warm start: say whether the cell ends below or above it
+            side = ("all below" if high < starts[0] else "all above" if low > starts[0]
+                    else "around")
+            start = f", {side} their start of {starts[0]:.3f}"
         where = "inside" if low <= value <= high else "outside"
         shown_cell = cell.relative_to(REPO) if cell.is_relative_to(REPO) else cell
         lines.append(f"  committed seeds of this cell ({shown_cell}, {len(finals)} seeds) end at "

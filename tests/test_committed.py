@@ -58,11 +58,16 @@ def test_a_finished_run_is_placed_against_its_cells_committed_seeds(tmp_path, mo
     lines = committed.placement_lines(run, experiments)
     assert lines == [
         f"  committed seeds of this cell ({cell.relative_to(tmp_path)}, 3 seeds) end at greedy "
-        f"{low:.3f}..{high:.3f}, from a start of 0.430 (mean of the last 3 evals); this run's "
+        f"{low:.3f}..{high:.3f}, all below their start of 0.430 (mean of the last 3 evals); this run's "
         f"{mine:.3f} is outside their range"]
     inside = _write_run(tmp_path / "runs" / "seed4", _config(4), [0.43, 0.4, 0.39, 0.38, 0.37])
     assert lines[0].replace(f"{mine:.3f} is outside", f"{0.38:.3f} is inside") == \
         committed.placement_lines(inside, experiments)[0]
+    # a cell whose seeds end on both sides of the warm start is said to end around it
+    shutil.rmtree(cell / "seed1")
+    _write_run(cell / "seed1", _config(1), [0.43, 0.5, 0.5, 0.5, 0.5])
+    assert f"end at greedy {low:.3f}..0.500, around their start of 0.430 (" in \
+        committed.placement_lines(run, experiments)[0]
     # a config no committed cell was made with: nothing to place it against
     alone = _write_run(tmp_path / "runs" / "lr", _config(0, lr=0.02), [0.43, 0.4, 0.4, 0.4])
     assert committed.placement_lines(alone, experiments) == []
