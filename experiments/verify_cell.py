@@ -7,7 +7,10 @@
 
 Each committed run dir (a dir with metrics.jsonl and meta.json; a dir given is searched for
 them) is rerun with the command that made it: `python -m src.run` with the overrides its
-meta.json records, in the numerics mode it records (src/_numerics.py), into a scratch dir.
+meta.json records, in the numerics mode it records (src/_numerics.py), into a scratch dir
+(never into committed results). Before each rerun it prints the command as a user would type
+it, how long the committed run took, and, when the cell was made on another numerics family
+than this machine's, that the numbers will land in the seeds' interval, not bit for bit.
 Then every metrics.jsonl record must equal the committed one except `time_*` fields (keys
 the committed records lack, i.e. telemetry added since, are listed, not compared), and
 every committed token row (a sample of whole responses) must equal the rerun's row for the
