@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -45,7 +46,9 @@ def run_once(a, overrides: list[str]) -> dict:
            "eval.every=100000", "checkpoint.every=100000",
            "checkpoint.keep_final=false", *overrides, f"hydra.run.dir={run_dir}"]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    # a timing run without evals (src/preflight.py ENV_NO_EVAL)
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "REPRO_NO_EVAL": "1"})
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}\nfailed (exit {done.returncode}):\n{done.stderr[-3000:]}")

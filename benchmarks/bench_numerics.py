@@ -61,7 +61,9 @@ def time_main_job(mode: str, steps: int) -> float:
         cmd = [sys.executable, "-m", "src.run", "experiment=staleness_4x", "method=bapo",
                f"numerics={mode}", f"train.steps={steps}", "eval.greedy=false",
                "eval.sampled=false", "logger.progress=False", f"hydra.run.dir={run}"]
-        subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True)
+        # a timing run without evals (src/preflight.py ENV_NO_EVAL)
+        subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True,
+                       env={**os.environ, "REPRO_NO_EVAL": "1"})
         steps_s = [r["time_step_s"] for r in map(json.loads, (run / "metrics.jsonl").open())
                    if r["kind"] == "step"][1:]
         isa = json.loads((run / "meta.json").read_text())["numerics"]["isa"]

@@ -124,7 +124,9 @@ def run_process(a) -> list[dict]:
     cmd = [sys.executable, "-m", "src.run", *_work_overrides(a), f"train.steps={steps_total}",
            *a.process_overrides, f"hydra.run.dir={run_dir}"]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    # a timing run: overrides may turn both evals off (src/preflight.py ENV_NO_EVAL)
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "REPRO_NO_EVAL": "1"})
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"python -m src.run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")

@@ -7,7 +7,10 @@
 
 Each committed run dir (a dir with metrics.jsonl and meta.json; a dir given is searched for
 them) is rerun with the command that made it: `python -m src.run` with the overrides its
-meta.json records, in the numerics mode it records (src/_numerics.py), into a scratch dir.
+meta.json records, in the numerics mode it records (src/_numerics.py), into a scratch dir
+(never into committed results). Before each rerun it prints the command as a user would type
+it, how long the committed run took, and, when the cell was made on another numerics family
+than this machine's, that the numbers will land in the seeds' interval, not bit for bit.
 Then every metrics.jsonl record must equal the committed one except `time_*` fields (keys
 the committed records lack, i.e. telemetry added since, are listed, not compared), and
 every committed token row (a sample of whole responses) must equal the rerun's row for the
@@ -36,6 +39,7 @@ import argparse
 import json
 import math
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -229,6 +233,42 @@ def describe_fingerprint(fp: dict | None) -> str:
             f"{fp.get('cpu_model')} [{' '.join(fp.get('cpu_flags') or [])}]")
 
 
+def family_note(committed_fp: dict | None, here_fp: dict) -> str | None:
+    """Said before a rerun whose committed run was made on another numerics family than this
+    machine's (src/_numerics.py `numerics_family`): bit-identity is promised only within a
+    family (docs/numerics.md). None when the families match, or the cell records none or was
+    made in another mode than this machine would rerun it in."""
+    from src._numerics import numerics_family
+
+    if not committed_fp or committed_fp.get("mode") != here_fp.get("mode"):
+        return None
+    made, here = numerics_family(committed_fp), numerics_family(here_fp)
+    if made == here:
+        return None
+    return (f"this cell was made on {made}; this machine is {here}: expect numbers inside the "
+            "seeds' interval, not bit-identity (docs/numerics.md)")
+
+
+def duration_note(committed: Path) -> str:
+    """How long the rerun will take, from the committed run's recorded training wall time."""
+    try:
+        meta = json.loads((committed / "meta.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        meta = {}
+    wall = meta.get("wall_time_s")
+    if wall is None:
+        return "its committed run records no wall time"
+    where = (meta.get("numerics") or {}).get("cpu_model") or meta.get("cpu") or "its machine"
+    return (f"about {max(1, round(wall / 60))} min: its committed run trained for {wall:.0f} s "
+            f"on {where} with {meta.get('threads', '?')} thread(s), plus start-up and the final "
+            "eval; a slower or busier machine takes longer")
+
+
+def shown_command(cmd: list[str]) -> str:
+    """The rerun as a user would type it: `python -m src.run ...`, quoted for the shell."""
+    return shlex.join(["python", *cmd[1:]])
+
+
 def _fingerprint_of(run_dir: Path) -> dict | None:
     try:
         return json.loads((run_dir / "meta.json").read_text()).get("numerics")
@@ -306,6 +346,14 @@ def main() -> None:
     runs = resolve_cells(args.cells, args.results)
     if (args.out or args.compare_dir) and len(runs) > 1:
         _fail(EXIT_NO_CELL, f"--out and --compare-dir take one cell; {len(runs)} were given")
+    if args.out is not None:
+        from src.committed import committed_root, runs_path_for
+
+        root = committed_root(args.out)
+        if root is not None:  # committed results are read-only to a rerun too
+            _fail(EXIT_NO_CELL, f"--out {args.out} lies in committed results ({root}), which a "
+                                f"rerun never writes; give --out {runs_path_for(args.out)} (or "
+                                "leave it out: a temporary dir)")
     if args.compare_dir is not None and not (args.compare_dir / "metrics.jsonl").is_file():
         _fail(EXIT_NO_CELL, f"--compare-dir {args.compare_dir} has no metrics.jsonl: not a run dir")
     if args.compare_dir is not None:
@@ -317,6 +365,11 @@ def main() -> None:
             _fail(EXIT_NO_CELL, f"--compare-dir {args.compare_dir} is not finished (status.json: "
                   f"{state}); let it finish or resume it, then compare")
     scratch = Path(tempfile.mkdtemp(prefix="verify_cell_")) if not (args.out or args.compare_dir) else None
+    here_fp = None
+    if args.compare_dir is None:
+        from src._numerics import fingerprint
+
+        here_fp = fingerprint()  # this process is pinned as its reruns will be (pin_process)
     codes = []
     try:
         for i, committed in enumerate(runs):
@@ -324,7 +377,11 @@ def main() -> None:
             out = args.compare_dir or args.out or scratch / f"run{i}"
             if args.compare_dir is None:
                 cmd = rerun_command(committed, out)
-                print("$", " ".join(cmd[1:]), flush=True)
+                print(f"rerunning {label}, {duration_note(committed)}")
+                note = family_note(_fingerprint_of(committed), here_fp)
+                if note:
+                    print(f"  note: {note}")
+                print(shown_command(cmd), flush=True)
                 if subprocess.run(cmd, cwd=REPO).returncode != 0:
                     print(f"the rerun of {label} failed (see above); nothing compared",
                           file=sys.stderr)

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from src.committed import committed_dir_message, placement_lines
 from src.config_fields import ConfigError
 from src.run_dir import config_differences, mismatch_message, stored_config
 from src.run_vocab import upgrade_config
@@ -68,7 +69,10 @@ class Lifecycle:
 def open_run_dir(cfg: Config, run_dir: Path) -> Lifecycle:
     """Lock `run_dir` for this run, then decide fresh / resume / skip (`decide_mode`); raises
     ConfigError (the lock released) when another process holds the dir or it holds a run
-    this config may not skip or resume."""
+    this config may not skip or resume, or lies in committed results (src/committed.py)."""
+    refusal = committed_dir_message(run_dir, "hydra.run.dir")
+    if refusal:  # before the lock: not even a lock file goes into a committed run
+        raise ConfigError(refusal)
     try:
         lock = RunDirLock(run_dir)
     except RunDirBusy as e:
@@ -222,18 +226,26 @@ def summary_lines(run_dir: Path, last_k: int = 5) -> list[str]:
     except (OSError, json.JSONDecodeError):
         meta = {}
     try:
-        samples = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {})["eval"]["samples"]
-    except (OSError, KeyError, TypeError, yaml.YAMLError):
-        samples = None
+        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        config = {}
+    config = config if isinstance(config, dict) else {}
+    samples = (config.get("eval") or {}).get("samples")
 
     lines = [f"finished: {display_path(run_dir)}"]
+    experiment = str((config.get("experiment") or {}).get("name") or meta.get("experiment") or "")
+    if "smoke" in experiment:
+        lines.append(f"  experiment={experiment} is a smoke run: it checks that the pipeline "
+                     "runs end to end; its numbers are not results")
     if evals:
         lines += accuracy_lines(evals, samples)
+    lines += placement_lines(run_dir)
     if steps:
         tail = [r["reward_mean"] for r in steps[-last_k:] if r.get("reward_mean") is not None]
         if tail:
-            lines.append(f"  final reward: {sum(tail) / len(tail):.3f} (mean reward_mean of the "
-                         f"last {len(tail)} steps)")
+            over = "the last step" if len(tail) == 1 else f"the last {len(tail)} steps"
+            lines.append(f"  final reward: {sum(tail) / len(tail):.3f} (the training rollouts' "
+                         f"mean reward, averaged over {over})")
     if meta.get("wall_time_s") is not None:
         lines.append(f"  training wall time: {meta['wall_time_s']:.1f} s")
     lines.append(f"  next: python analysis/make_figures.py --runs {_runs_root(run_dir)}")
@@ -252,7 +264,8 @@ def accuracy_lines(evals: list[dict], samples: int | None) -> list[str]:
         a, b = first.get(key), last.get(key)
         return "     -" if a is None or b is None else f"{b - a:+.3f}"
 
-    per = f", {samples} samples per problem" if samples is not None else ""
+    per = (f", {samples} sample{'' if samples == 1 else 's'} per problem"
+           if samples is not None else "")
     lines = [f"  held-out accuracy, {last.get('n_problems')} problems{per}: "
              f"step {first['step']} -> step {last['step']}"]
     for name in ("greedy", "sampled"):

@@ -10,6 +10,7 @@ problem exits with code 2 and one line, `config error: <key> ...`; no run dir, n
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import tempfile
@@ -17,9 +18,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from src.committed import committed_dir_message
 from src.config import Config, ConfigError, validate
 from src.lifecycle import check_existing_run, check_run_dir_free
-from src.run_dir import register_resolver
+from src.run_dir import register_resolver, run_tag
+from src.schedule.split import minibatch_size
+from src.updates import minibatch_count
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -47,7 +51,13 @@ def check_run(overrides: list[str], multirun: bool) -> None:
                 raw = compose_job(job + hydra_args)
                 check_pair_literals(job, raw)
                 cfg = validate(raw)
+                check_evaluates(cfg)
+                check_minibatch_holds_a_group(cfg)
                 run_dir = job_run_dir(raw, multirun)
+                dir_key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+                refusal = committed_dir_message(run_dir, dir_key, default_run_dir(raw, multirun))
+                if refusal:  # before anything is probed or locked there
+                    raise ConfigError(refusal)
                 if run_dir in dirs:
                     raise ConfigError(
                         f"hydra.sweep.subdir: jobs {dirs[run_dir] + 1} and {i + 1} of this "
@@ -56,10 +66,11 @@ def check_run(overrides: list[str], multirun: bool) -> None:
                 dirs[run_dir] = i
                 check_machine(cfg)
                 check_writable_dir(Path(cfg.cache_dir), "cache_dir")
-                check_writable_dir(run_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir")
+                check_writable_dir(run_dir, dir_key)
                 check_existing_run(cfg, run_dir)  # src/lifecycle.py: may it skip or resume
                 check_run_dir_free(run_dir)  # and is no other process in it
-                for warning in (eval_size_warning(cfg), eval_spacing_warning(cfg)):
+                for warning in (eval_size_warning(cfg), eval_spacing_warning(cfg),
+                                small_minibatch_warning(cfg)):
                     if warning and warning not in warned:
                         print(f"warning: {warning}", file=sys.stderr)
                         warned.add(warning)
@@ -104,6 +115,15 @@ def compose_job(overrides: list[str]) -> DictConfig:
         return compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except Exception as e:  # Hydra's own errors: unknown group option, typo'd key, bad syntax
         raise ConfigError(hydra_message(str(e), overrides)) from None
+
+
+def default_run_dir(raw: DictConfig, multirun: bool) -> Path:
+    """Where the job goes when neither hydra.run.dir nor hydra.sweep.dir is given: the run
+    dir of conf/config.yaml (its sweep dir, runs/, for a multirun)."""
+    if multirun:
+        return Path("runs")
+    tag = run_tag(str(raw.hydra.job.override_dirname))
+    return Path("runs") / str(raw.experiment.name) / str(raw.method.name) / f"{tag}seed{raw.seed}"
 
 
 def job_run_dir(raw: DictConfig, multirun: bool) -> Path:
@@ -161,6 +181,53 @@ def check_writable_dir(path: Path, key: str) -> None:
     except OSError as e:
         raise ConfigError(f"{key}={path}: cannot write in {ancestor} ({e.strerror or e}); "
                           "point it somewhere writable") from None
+
+
+# -- what the values allow but no run should do ----------------------------------------------
+
+# A timing run (benchmarks/) measures training alone and sets this to run without evals.
+ENV_NO_EVAL = "REPRO_NO_EVAL"
+
+
+def check_evaluates(cfg: Config) -> None:
+    """A run with neither eval gives no held-out number: refused, but for timing runs."""
+    if cfg.eval.greedy or cfg.eval.sampled or os.environ.get(ENV_NO_EVAL) == "1":
+        return
+    raise ConfigError("eval.greedy=false and eval.sampled=false: the run would evaluate nothing, "
+                      "so it gives no held-out accuracy to read; turn one on (eval.sampled=true "
+                      f"or eval.greedy=true); a timing run that wants no evals sets {ENV_NO_EVAL}=1")
+
+
+def check_minibatch_holds_a_group(cfg: Config) -> None:
+    """An update on fewer responses than one prompt group is refused. Why a group: the
+    advantages are centred within each group of train.group_size responses (they sum to
+    zero there), and train.minibatch_split=groups deals whole groups, so a group is the
+    smallest set that carries both signs by construction. A smaller mini-batch holds a few
+    responses of different groups: often all of one sign, or all of zero advantage (a group
+    all right or all wrong), which makes an update of no use or of no gradient at all."""
+    t = cfg.train
+    size = minibatch_size(t)
+    if size >= t.group_size:
+        return
+    raise ConfigError(
+        f"train.staleness={t.staleness}: each update would train on {size} response(s) (the "
+        f"rollout's {t.prompts_per_step}x{t.group_size} split {minibatch_count(t)} ways), fewer "
+        f"than one prompt group (train.group_size={t.group_size}); advantages are centred "
+        "within a group, so updates this small are often of one sign or have no gradient at "
+        f"all; use train.staleness<={t.prompts_per_step} (one group per update at least), "
+        "raise train.prompts_per_step, or use train.staleness_mode=fixed_update")
+
+
+def small_minibatch_warning(cfg: Config) -> str | None:
+    """A line when an update holds fewer than two groups' worth of responses: allowed (a
+    whole group's signs balance), but one group's luck decides each update."""
+    t = cfg.train
+    size = minibatch_size(t)
+    if size >= 2 * t.group_size:
+        return None
+    return (f"train.staleness={t.staleness}: each update trains on {size} responses, under two "
+            f"prompt groups' worth (train.group_size={t.group_size}), so a single group's signs "
+            "set the direction of each update; expect noisy updates")
 
 
 # About 11 ms per response at the default tiny size on 2 CPU cores: the warm start's eval of

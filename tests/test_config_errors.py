@@ -13,12 +13,15 @@ import pytest
 import torch
 
 from src import run as run_module
+from src.config_fields import ConfigError
 from tests.conftest import REPO, compose
 
 BAD_CONFIGS = [
     (["train.staleness=0"], "train.staleness"),
     (["train.staleness=-2"], "train.staleness"),
     (["train.staleness=3"], "train.staleness"),  # 16 x 8 = 128 responses, 3 does not divide
+    (["train.staleness=32"], "train.staleness"),  # 128 / 32 = 4 responses, half a group of 8
+    (["eval.greedy=false", "eval.sampled=false"], "eval.greedy"),  # a run that evaluates nothing
     (["method=bapo", "method.bapo.rho0=1.5"], "method.bapo.rho0"),
     (["method=bapo", "method.bapo.rho0=0"], "method.bapo.rho0"),
     (["method.ppo.c_low=1.3", "method.ppo.c_high=1.2"], "method.ppo.c_low"),
@@ -364,3 +367,69 @@ def test_a_precision_the_device_cannot_run_is_a_config_error(monkeypatch):
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", no_half)
     with pytest.raises(ConfigError, match=r"^rollout.precision =fp16: torch.float16 does not run on cpu"):
         compose(["rollout.precision=fp16"])
+
+
+def test_an_update_smaller_than_a_group_is_refused_and_one_group_warned(tmp_path, monkeypatch,
+                                                                         capsys):
+    # smol_4x: 8 prompts x 4 responses = 32 a rollout; at 16 updates each holds 2 responses
+    proc = _main(["experiment=smol_4x", "train.staleness=16"], tmp_path, monkeypatch, capsys)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "config error: train.staleness=16: each update would train on 2 response(s) (the "
+        "rollout's 8x4 split 16 ways), fewer than one prompt group (train.group_size=4); "
+        "advantages are centred within a group, so updates this small are often of one sign or "
+        "have no gradient at all; use train.staleness<=8 (one group per update at least), raise "
+        "train.prompts_per_step, or use train.staleness_mode=fixed_update")
+    from src.preflight import check_run
+
+    dirs = [f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}"]
+    # 32 / 8 = 4 responses: one group's worth runs, with a warning before any work
+    check_run(["experiment=smol_4x", "train.staleness=8", *dirs], multirun=False)
+    assert capsys.readouterr().err.strip() == (
+        "warning: train.staleness=8: each update trains on 4 responses, under two prompt "
+        "groups' worth (train.group_size=4), so a single group's signs set the direction of "
+        "each update; expect noisy updates")
+    check_run(["experiment=smol_4x", *dirs], multirun=False)  # 32 / 4 = 8: two groups
+    assert capsys.readouterr().err == ""
+    # fixed_update: every update holds a whole rollout of 8x4, whatever the staleness
+    check_run(["experiment=smol_4x", "train.staleness=16", "train.staleness_mode=fixed_update",
+               *dirs], multirun=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_timing_run_may_turn_both_evals_off(tmp_path, monkeypatch):
+    from src.preflight import ENV_NO_EVAL, check_run
+
+    args = ["eval.greedy=false", "eval.sampled=false", f"hydra.run.dir={tmp_path / 'run'}",
+            f"cache_dir={tmp_path / 'cache'}"]
+    monkeypatch.setenv(ENV_NO_EVAL, "1")
+    check_run(args, multirun=False)  # benchmarks/ time training alone
+    monkeypatch.setenv(ENV_NO_EVAL, "0")
+    with pytest.raises(ConfigError, match="^eval.greedy=false and eval.sampled=false"):
+        check_run(args, multirun=False)
+
+
+def test_a_run_into_committed_results_is_refused_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    cell = REPO / "experiments" / "paper_grid" / "staleness_4x" / "bapo" / "train.threads=1" / "seed0"
+    before = sorted(p.name for p in cell.iterdir())
+    for extra in (["overwrite=true"], []):  # moving the cell aside, or resuming into it
+        monkeypatch.setattr(sys, "argv", ["src.run", "experiment=staleness_4x", "method=bapo",
+                                          "train.threads=1", *extra, f"hydra.run.dir='{cell}'",
+                                          f"cache_dir={tmp_path / 'cache'}"])
+        with pytest.raises(SystemExit) as exit_info:
+            run_module.main()
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip() == (
+            f"config error: hydra.run.dir={cell} lies in committed results (experiments/"
+            "paper_grid), which the runner never writes (their numbers must keep rerunning bit "
+            "for bit; overwrite=true would move them aside); leave hydra.run.dir out (the run "
+            "then goes to runs/staleness_4x/bapo/train.threads=1/seed0), and compare it with "
+            "its cell by python experiments/verify_cell.py CELL --compare-dir RUN_DIR")
+        assert sorted(p.name for p in cell.iterdir()) == before  # no .lock, nothing moved
+    # a new dir under experiments/ is committed ground too, and is not made
+    new = REPO / "experiments" / "paper_grid" / "no_such_run"
+    with pytest.raises(ConfigError, match="lies in committed results"):
+        from src.preflight import check_run
+
+        check_run([f"hydra.run.dir={new}"], multirun=False)
+    assert not new.exists()

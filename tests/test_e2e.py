@@ -160,12 +160,15 @@ def test_cli_runs_and_skips_finished(tmp_path, smoke_overrides):
 
     block = [
         f"finished: {run_dir}",
+        "  experiment=smoke is a smoke run: it checks that the pipeline runs end to end; its "
+        "numbers are not results",
         "  held-out accuracy, 8 problems, 4 samples per problem: step 0 -> step 1",
         row("greedy"),
         row("sampled"),
         "  one seed: seeds differ more than methods often do, so "
         "compare methods over seeds, paired by seed (docs/statistics.md)",
-        f"  final reward: {step['reward_mean']:.3f} (mean reward_mean of the last 1 steps)",
+        f"  final reward: {step['reward_mean']:.3f} (the training rollouts' mean reward, "
+        "averaged over the last step)",
         f"  training wall time: {wall:.1f} s",
         f"  next: python analysis/make_figures.py --runs {run_dir}",
     ]

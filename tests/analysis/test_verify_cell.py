@@ -132,10 +132,66 @@ def test_a_rerun_that_cannot_start_is_its_own_exit_code(tmp_path, write_run):
     (committed / "meta.json").write_text(json.dumps(meta))
     # --out holds a run made with another config: src.run refuses it (exit 2) before any
     # work, so there is nothing to compare.
+    # the cell made on a numerics family no machine has: the note comes before the rerun
+    meta["numerics"] = {"mode": "portable", "cpu_vendor": "OtherVendor", "isa": "AVX2",
+                        "mkl_branch": "AVX2", "cpu_model": "Other CPU"}
+    meta["wall_time_s"], meta["threads"] = 318.05, 1
+    (committed / "meta.json").write_text(json.dumps(meta))
     failed = _cli("staleness_4x/bapo/seed0", "--results", str(results), "--out", str(run.path))
     assert failed.returncode == 3, failed.stderr[-2000:]
     assert "holds a run made with another config" in failed.stderr
     assert "staleness_4x/bapo/seed0 failed (see above); nothing compared" in failed.stderr
+    said = failed.stdout.splitlines()
+    assert said[0].endswith(", about 5 min: its committed run trained for 318 s on Other CPU "
+                            "with 1 thread(s), plus start-up and the final eval; a slower or "
+                            "busier machine takes longer")
+    assert said[1].startswith("  note: this cell was made on OtherVendor/AVX2/MKL AUTO; this "
+                              "machine is ") and said[1].endswith(
+        ": expect numbers inside the seeds' interval, not bit-identity (docs/numerics.md)")
+    # the command as a user pastes it: `python`, not the interpreter's path, and no `$`
+    assert said[2] == ("python -m src.run seed=0 method=bapo experiment=staleness_4x "
+                       f"numerics=portable logger.progress=False hydra.run.dir={run.path}")
+
+
+@pytest.mark.slow
+def test_a_rerun_is_never_written_into_committed_results(tmp_path, write_run):
+    run = write_run(tmp_path / "runs", "bapo", 4, 0, steps=3, tokens_per_step=320)
+    inside = ROOT / "experiments" / "paper_grid" / "no_such_rerun"
+    refused = _cli(str(run.path), "--out", str(inside))
+    assert refused.returncode == 2 and not inside.exists()
+    assert refused.stderr.strip() == (
+        f"--out {inside} lies in committed results ({ROOT / 'experiments' / 'paper_grid'}), "
+        "which a rerun never writes; give --out runs/paper_grid/no_such_rerun (or leave it "
+        "out: a temporary dir)")
+
+
+def test_a_rerun_on_another_numerics_family_is_told_what_to_expect():
+    amd = {"mode": "portable", "cpu_vendor": "AuthenticAMD", "isa": "AVX2", "mkl_branch": "AVX2"}
+    intel = {**amd, "cpu_vendor": "GenuineIntel"}
+    # MKL runs its AUTO branch off Intel whatever MKL_CBWR says (src/_numerics.py)
+    assert verify.family_note(amd, intel) == (
+        "this cell was made on AuthenticAMD/AVX2/MKL AUTO; this machine is GenuineIntel/AVX2/MKL "
+        "AVX2: expect numbers inside the seeds' interval, not bit-identity (docs/numerics.md)")
+    assert verify.family_note(amd, {**amd, "cpu_model": "another AMD"}) is None  # one family
+    assert verify.family_note(None, intel) is None  # made before fingerprints: nothing to say
+    # a native cell is rerun natively, in a mode this process does not run in: not judged here
+    assert verify.family_note({**amd, "mode": "native"}, intel) is None
+
+
+def test_the_rerun_command_is_shown_as_a_user_pastes_it(tmp_path):
+    cmd = [sys.executable, "-m", "src.run", "seed=0", "hydra.run.dir=/tmp/a dir/run"]
+    shown = verify.shown_command(cmd)
+    assert shown == "python -m src.run seed=0 'hydra.run.dir=/tmp/a dir/run'"
+    import shlex
+
+    assert shlex.split(shown) == ["python", *cmd[1:]]
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps({"wall_time_s": 89.6, "cpu": "x86_64", "threads": 2}))
+    # 89.6 s rounds to 1 min; without a fingerprint the CPU is meta's own `cpu`
+    assert verify.duration_note(tmp_path).startswith("about 1 min: its committed run trained "
+                                                     "for 90 s on x86_64 with 2 thread(s)")
+    meta.write_text(json.dumps({}))
+    assert verify.duration_note(tmp_path) == "its committed run records no wall time"
 
 
 def _set_evals(run_dir: Path, greedy: list[float]) -> None:
