@@ -236,3 +236,13 @@ def test_a_short_horizon_branch_of_the_trunks_method_is_the_trunk_itself(study):
     probes = Probes.load(scope.study_dir / "probes.pt")
     end = read(scope.parts.model, probes, scope.parts.cfg.rollout.temperature)
     assert h.loc["ppo", "logp_correct"] == end.logp_correct
+
+
+def test_a_study_in_committed_results_is_refused(capsys, smoke_overrides):
+    from src.committed import REPO
+
+    target = REPO / "experiments" / "microscope" / "not_here"
+    message = config_error(capsys, lambda: microscope_main([*smoke_overrides, "microscope.arms=[ppo]",
+                                                            f"microscope.dir={target}"]))
+    assert message.startswith("microscope.dir") and "runs/" in message
+    assert not target.exists()

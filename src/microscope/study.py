@@ -45,10 +45,13 @@ def prepare(args: list[str]) -> Study:
     first problem."""
     from hydra import initialize_config_dir
 
+    from src.committed import committed_dir_message
     from src.lifecycle import check_existing_run, check_run_dir_free
     from src.preflight import (
         CONF_DIR,
+        check_evaluates,
         check_machine,
+        check_minibatch_holds_a_group,
         check_pair_literals,
         check_writable_dir,
         compose_job,
@@ -62,8 +65,13 @@ def prepare(args: list[str]) -> Study:
         raw = compose_job(trunk_args)
         check_pair_literals(trunk_args, raw)
         cfg = validate(raw)
+        check_evaluates(cfg)
+        check_minibatch_holds_a_group(cfg)
         check_machine(cfg)
-        study_dir = Path(settings.dir) if settings.dir else default_study_dir(job_run_dir(raw, False))
+        default = default_study_dir(job_run_dir(raw, False))
+        study_dir = Path(settings.dir) if settings.dir else default
+        if refusal := committed_dir_message(study_dir, "microscope.dir", default):
+            raise ConfigError(refusal)  # committed results are read-only to every runner
         check_writable_dir(study_dir, "microscope.dir")
         others = [a for a in trunk_args if not a.lstrip("+~").startswith(("method=", "method."))]
 

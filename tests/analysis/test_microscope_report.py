@@ -1,0 +1,141 @@
+"""The microscope's statistics and report: the two-stage cluster bootstrap against
+distributions worked out by hand, the claims' paired differences, verdicts and Holm, and a
+report written from study dirs made here with known effects."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from analysis.claims.microscope import Claim, differences, judge, verdict
+from analysis.core.cluster_bootstrap import Boot, cluster_bootstrap, states_needed
+from analysis.microscope_report import main as report_main
+from analysis.reports.microscope import write_report
+
+
+def test_the_first_stage_resamples_trunks():
+    # two trunks, one state each (1 and 3): the bootstrap means are 1, 2 and 3 with chances
+    # 1/4, 1/2 and 1/4, so the 95% interval is [1, 3] and none is at or below 0
+    rows = pd.DataFrame({"seed": [0, 1], "rollout": [0, 0], "value": [1.0, 3.0]})
+    b = cluster_bootstrap(rows, "value", reps=20_000)
+    assert b.mean == 2.0 and (b.low, b.high) == (1.0, 3.0) and b.p == 0.0
+    assert b.se == pytest.approx(math.sqrt(0.5), rel=0.03)  # sd of {1, 2, 2, 3}/4: sqrt(1/2)
+    assert b.cluster_means == (1.0, 3.0) and b.clusters == 2 and b.n == 2
+
+
+def test_the_second_stage_resamples_rollouts_within_a_trunk_and_keeps_their_updates():
+    # one trunk, rollout 0 with updates (0, 0) and rollout 1 with updates (2, 2): a drawn rollout
+    # brings both its updates, so the means are 0, 1 and 2 with chances 1/4, 1/2, 1/4
+    rows = pd.DataFrame({"seed": [0] * 4, "rollout": [0, 0, 1, 1], "value": [0.0, 0.0, 2.0, 2.0]})
+    b = cluster_bootstrap(rows, "value", reps=20_000)
+    assert (b.low, b.high) == (0.0, 2.0)
+    assert b.se == pytest.approx(math.sqrt(0.5), rel=0.03)
+    # p: twice the smaller share on one side of 0; P(mean <= 0) = 1/4
+    assert b.p == pytest.approx(0.5, abs=0.02)
+
+
+def test_a_constant_difference_has_no_spread_and_needs_no_more_states():
+    rows = pd.DataFrame({"seed": [0, 1, 2], "rollout": [0, 0, 0], "value": [0.5] * 3})
+    b = cluster_bootstrap(rows, "value")
+    assert (b.mean, b.low, b.high, b.se) == (0.5, 0.5, 0.5, 0.0)
+    assert math.isnan(states_needed(b, 0.05))
+
+
+def test_states_needed_follows_the_normal_formula():
+    b = Boot(mean=0.1, low=-0.1, high=0.3, p=0.3, se=0.1, n=100, clusters=3, cluster_means=())
+    z = 1.959964 + 0.841621  # alpha 0.05 two-sided, power 0.8
+    assert states_needed(b, 0.05) == pytest.approx(100 * z**2, rel=1e-5)
+
+
+def _branches(effects: dict[str, float], seeds=3, rollouts=4, noise=0.01) -> pd.DataFrame:
+    """A branches table: per state a base d_entropy shared by every arm, plus the arm's effect
+    and a small noise of its own."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed, rollout, update in itertools.product(range(seeds), range(rollouts), (1, 2, 3)):
+        base = rng.normal(0, 1.0)  # the state's own level, common to every arm
+        for arm, effect in effects.items():
+            rows.append({"experiment": "e", "trunk": "ppo", "minibatch": 8, "seed": seed,
+                         "rollout": rollout, "update": update, "arm": arm,
+                         "d_entropy": base + effect + rng.normal(0, noise),
+                         "positive_share": 0.4 + effect, "clip_frac_low_pos": 0.03,
+                         "clip_frac_high_pos": 0.01, "bapo_reached": False,
+                         "d_logp_correct": 0.0, "kl": 0.0, "clip_fraction": 0.01,
+                         "grad_norm": 1.0, "grad_clipped": True, "c_low": 0.8, "c_high": 1.2})
+    return pd.DataFrame(rows)
+
+
+CLAIM = {"id": "X", "claim": "x", "table": "branches", "metric": "d_entropy", "paper": "p",
+         "expect": "e"}
+
+
+def test_differences_are_paired_by_state_and_the_common_level_cancels():
+    table = _branches({"zero": 0.0, "mask:low_pos": 0.2})
+    d = differences(Claim(**CLAIM, arm="mask:low_pos", ref="zero", direction="up"),
+                    {"branches": table})
+    assert len(d) == 36 and d["value"].mean() == pytest.approx(0.2, abs=0.01)
+    # the same arm against another of its own metrics, and a level against a threshold
+    d = differences(Claim(**{**CLAIM, "metric": "clip_frac_low_pos"}, arm="zero",
+                          metric_ref="clip_frac_high_pos", direction="up"), {"branches": table})
+    assert np.allclose(d["value"], 0.02)
+    d = differences(Claim(**CLAIM, arm="zero", threshold=0.5, direction="none",
+                          where="update == 1"), {"branches": table.assign(d_entropy=1.0)})
+    assert len(d) == 12 and np.allclose(d["value"], 0.5)
+
+
+def test_verdicts_pilots_and_holm():
+    table = _branches({"zero": 0.0, "up": 0.2, "none": 0.0, "down": -0.2})
+    claims = [Claim(**CLAIM, arm=a, ref="zero", direction="up") for a in ("up", "none", "down")]
+    judged = judge(claims, {"branches": table}).set_index("compared")
+    assert judged.loc["up - zero", "holm_verdict"] == "held"
+    assert judged.loc["down - zero", "holm_verdict"] == "not held"
+    assert judged.loc["none - zero", "holm_verdict"] == "not settled"
+    assert judged.loc["none - zero", "states_needed"] > 0
+    assert judged.loc["up - zero", "agree"] == "3 of 3"
+    assert judged["tests"].iloc[0] == 3
+    two = judge(claims[:1], {"branches": table[table["seed"] < 2]})
+    assert two["verdict"].iloc[0] == "pilot (2 trunks)" and math.isnan(two["p"].iloc[0])
+    assert verdict(Boot(math.nan, math.nan, math.nan, math.nan, math.nan, 0, 0, ()), 1) == "no data"
+
+
+def _study(root, seed_table: pd.DataFrame, seed: int):
+    study = root / f"seed{seed}"
+    study.mkdir(parents=True)
+    (study / "microscope.yaml").write_text(yaml.safe_dump(
+        {"settings": {}, "trunk_overrides": ["experiment=e", f"seed={seed}"], "commit": "abc1234"}))
+    seed_table.to_parquet(study / "branches.parquet")
+
+
+def test_the_report_from_study_dirs(tmp_path):
+    table = _branches({"zero": 0.0, "mask:low_pos": 0.2, "mask:high_pos": -0.2, "ppo": 0.0,
+                       "bapo": 0.05})
+    for seed, part in table.groupby("seed"):
+        _study(tmp_path / "studies", part, seed)
+    claims = [{**CLAIM, "id": "E1", "arm": "mask:low_pos", "ref": "zero", "direction": "up"},
+              {**CLAIM, "id": "E3", "arm": "bapo", "ref": "ppo", "direction": "up",
+               "metric": "positive_share"}]
+    path = write_report([tmp_path / "studies"], claims, tmp_path / "out")
+    text = path.read_text()
+    assert "3 studies from commit(s) abc1234; 36 branched states" in text
+    assert "| E1 |" in text and "held (held)" in text
+    assert "| p low, A > 0 | rises |" in text and "| p high, A > 0 | falls |" in text
+    for name in ("entropy_by_arm", "insight2", "logp_vs_share"):
+        assert (tmp_path / "out" / f"fig_microscope_{name}.png").stat().st_size > 0
+    claims_csv = pd.read_csv(tmp_path / "out" / "claims.csv")
+    assert list(claims_csv["id"]) == ["E1", "E3"]
+
+
+def test_the_cli_refuses_a_missing_dir_and_a_sweep_without_claims(tmp_path, capsys):
+    from tests.conftest import config_error
+
+    message = config_error(capsys, lambda: report_main(["--studies", str(tmp_path / "none")]))
+    assert message.startswith("--studies")
+    _study(tmp_path / "s", _branches({"zero": 0.0}), 0)
+    message = config_error(capsys, lambda: report_main(["--studies", str(tmp_path / "s"),
+                                                        "--sweep", "main"]))
+    assert message.startswith("--sweep: 'main'") and "claims" in message
