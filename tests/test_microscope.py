@@ -246,3 +246,27 @@ def test_a_study_in_committed_results_is_refused(capsys, smoke_overrides):
                                                             f"microscope.dir={target}"]))
     assert message.startswith("microscope.dir") and "runs/" in message
     assert not target.exists()
+
+
+def test_a_study_part_becomes_microscope_commands_with_its_settings(tmp_path):
+    import yaml
+
+    from experiments.microscope.run_study import study_jobs
+    from src.microscope.config import parse_microscope
+    from tests.conftest import REPO
+
+    entry = yaml.safe_load((REPO / "experiments" / "sweeps.yaml").read_text())["microscope_smol"]
+    first, *fifth = study_jobs("microscope_smol", [1, 5], tmp_path)
+    settings, trunk = parse_microscope(first)
+    assert trunk[:3] == ["seed=0", "method=ppo", "experiment=smol_4x"]
+    assert "train.threads=1" in trunk
+    assert settings.arms == entry["microscope"]["arms"]
+    assert settings.subset_arms == entry["microscope"]["subset_arms"]
+    assert settings.horizon_states == entry["microscope"]["horizon_states"]
+    assert settings.dir == str(tmp_path / "smol_4x" / "ppo" / "seed0")
+    assert len(fifth) == 2  # part 5: two trunks, with the part's own settings over the study's
+    settings, trunk = parse_microscope(fifth[1])
+    assert settings.arms == ["ppo", "clip_higher", "bapo", "zero"] and settings.horizon_arms == []
+    assert "train.staleness_mode=fixed_update" in trunk and "seed=1" in trunk
+    assert settings.dir == str(tmp_path / "smol_4x" / "ppo" / "train.staleness_mode=fixed_update,"
+                               "train.steps=20" / "seed1")
