@@ -11,6 +11,8 @@ from analysis.core.builds import build_labels, run_meta
 from analysis.core.loader import RunSet
 from analysis.reports import random_reward
 from analysis.reports.markdown import (
+    SEEDS_HEADING,
+    SEEDS_RULE,
     by_construction,
     holm_counts,
     md_table,
@@ -96,7 +98,7 @@ VERDICT_RULE = (
     "it (analysis/claims/paper.py): a range as the paper gives it, `~x` as [x - 0.05, x + "
     "0.05], a comparison as the direction of a paired difference. A row that holds by "
     "construction (its note says why) is shown with its verdict but is no evidence: it is "
-    "neither counted nor among Holm's tests. docs/statistics.md has the details."
+    "neither counted nor among Holm's tests. docs/statistics.md has the details. " + SEEDS_RULE
 )
 
 
@@ -151,7 +153,7 @@ def suites_lines(runs: RunSet, claims: pd.DataFrame, suites: list[str]) -> list[
 def claims_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
     lines = ["## Paper claims", "", VERDICT_RULE, ""]
     cols = ["claim", "paper", "measured", "experiments", "criterion", "verdict", "after Holm",
-            "note"]
+            SEEDS_HEADING, "note"]
     labels = suite_labels(suites)
     for suite in suites:
         part = claims[claims["suite"] == suite]
