@@ -49,6 +49,7 @@ class Line:
     where: str = ""  # a word of the row's claim that picks one of a key's rows (a lag)
     level: str = ""  # the staleness level shown, of a row tested at several ('4x')
     intel: str = ""  # the comparison of replication.csv rerun on an Intel CPU, if any
+    metric: str = ""  # the primary metric, where the row's basis does not name it
 
 
 LINES: tuple[Line, ...] = (
@@ -78,7 +79,7 @@ LINES: tuple[Line, ...] = (
     Line("bapo beats ppo under experience replay (a setting the paper targets)", "no number",
          CHAIN_LAGS, "bapo_beats_ppo_mixed_ages", where="replay"),
     Line("M2PO matches on-policy at lag 256 (M2PO)", "matches", CHAIN_LAGS,
-         "m2po_matches_on_policy"),
+         "m2po_matches_on_policy", metric="greedy"),
     Line("decoupled beats naive ppo (AReaL, Table 3)", "decoupled flat", CHAIN_LAGS,
          "decoupled_beats_naive", where="lag 64-67"),
 )
@@ -120,6 +121,8 @@ def here(row: pd.Series, line: Line, root: Path = ROOT) -> str:
     """What the README says was measured: the estimates, the cells that do not learn, and
     the Intel rerun of the comparison where the line names one."""
     text = estimates(str(row["basis"]), line.level)
+    if line.metric:
+        text = f"{line.metric} (primary) {text}"
     quiet = sorted({m.split(" @ ")[0] for m in NOT_LEARNING.findall(str(row["note"]))})
     if quiet:
         text += f"; {' and '.join(quiet)} {'does' if len(quiet) == 1 else 'do'} not learn"
