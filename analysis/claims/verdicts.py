@@ -11,7 +11,7 @@ with the rows that hold by construction shown but neither tested nor counted.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 import pandas as pd
 
@@ -214,6 +214,8 @@ def table(claims: list[Claim] | pd.DataFrame) -> pd.DataFrame:
     how many seeds each unsettled paired row would need (analysis/claims/distance.py)."""
     frame = claims if isinstance(claims, pd.DataFrame) else pd.DataFrame(
         [c.__dict__ for c in claims], columns=list(Claim.__dataclass_fields__))
+    frame = frame.assign(**{f.name: f.default for f in fields(Claim)
+                            if f.name not in frame and f.default is not MISSING})
     frame = with_holm(as_pilots(frame))
     frame[distance.COLUMN] = distance.seeds_column(frame)
     return frame
