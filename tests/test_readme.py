@@ -35,7 +35,8 @@ def test_readme_stays_a_front_door():
 
 def test_quoted_claim_counts_are_the_reports():
     """The README quotes each report's counts after Holm's correction, of the rows that are
-    evidence, and how many rows hold by construction (shown, not counted)."""
+    evidence (pilots among them: rows on too few seeds for a verdict), and how many rows
+    hold by construction (shown, not counted)."""
     first_build = pd.read_csv(REPO / "figures" / "claim_counts.csv").set_index("label")
     paper_grid = pd.read_csv(REPO / "figures" / "paper_grid" / "claim_counts.csv").set_index("label")
     testbed = pd.read_csv(REPO / "figures" / "testbed_grid" / "claim_counts.csv").set_index("label")
@@ -44,7 +45,8 @@ def test_quoted_claim_counts_are_the_reports():
     def quoted(counts: pd.DataFrame, label: str) -> str:
         row = counts.loc[label]
         return (f"{row['held (Holm)']} held, {row['not held (Holm)']} not held, "
-                f"{row['not settled (Holm)']} not settled of {row['total']} after Holm")
+                f"{row['not settled (Holm)']} not settled, {row['pilot (Holm)']} pilot of "
+                f"{row['total']} after Holm")
 
     def built(counts: pd.DataFrame, label: str) -> str:
         return f"{counts.loc[label, 'by construction']} by construction"

@@ -89,10 +89,8 @@ ROWS: tuple[Row, ...] = (
 
 def clip_family_claims(summary: pd.DataFrame) -> pd.DataFrame:
     """The rows judged over a run summary whose `method` column holds each run's
-    `method_label`, with Holm's correction over all of them, each led by its row's key
+    `method_label`, with Holm's correction over all of them, each with its row's key
     (what the figure and a CSV reader find it by); `no data` rows say which sweep makes them."""
     suite = Suite(summary)
     claims = judge_declared_rows(suite, ROWS)
-    table = verdicts.table(claims)
-    table.insert(0, "key", [row.key for row in ROWS])
-    return table
+    return verdicts.table(claims)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.claims import verdicts
+from analysis.claims.paper import fig11_effect
 from analysis.claims.quantities import values
 from analysis.claims.rules import Claim
 from analysis.claims.schema import (
@@ -46,11 +47,12 @@ PER_LAG: tuple[Row, ...] = (
     Row("bapo_beats_ppo", "bapo beats ppo at {where}", "Fig. 11",
         "4x AIME24: bapo 62.0 vs ppo 54.2 (Fig. 11)", "paired final_greedy_acc difference > 0",
         _vs(PROPOSED, REFERENCE), Direction(UP), metric=GREEDY, also=SAMPLED,
-        missing="no runs of these cells here (sweep `{grid}`)"),
+        missing="no runs of these cells here (sweep `{grid}`)", effect=fig11_effect(REFERENCE)),
     Row("bapo_beats_clip_higher", "bapo beats clip_higher at {where}", "Fig. 11",
         "4x AIME24: bapo 62.0 vs clip-higher 59.2 (Fig. 11)",
         "paired final_greedy_acc difference > 0", _vs(PROPOSED, PEER), Direction(UP),
-        metric=GREEDY, also=SAMPLED, missing="no runs of these cells here ({clip_grid})"),
+        metric=GREEDY, also=SAMPLED, missing="no runs of these cells here ({clip_grid})",
+        effect=fig11_effect(PEER)),
     Row("clip_higher_entropy", "raising c_high slows the entropy drop (clip_higher vs ppo, lag {lag})",
         "Fig. 3", "entropy stays higher with clip-higher (Sec. 3, Fig. 3)",
         "paired entropy_drift difference > 0", _vs(PEER, REFERENCE, "entropy_drift"),

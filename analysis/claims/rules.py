@@ -35,7 +35,8 @@ from analysis.core.stats import (
     wilson,
 )
 
-VERDICTS = ("held", "not held", "not settled", "no data")
+# `pilot`: a row resting on fewer than PILOT_SEEDS seeds gets no verdict (verdicts.table)
+VERDICTS = ("held", "not held", "not settled", "pilot", "no data")
 # The staleness levels the paper ran; 8x is shown but never decides a verdict.
 PAPER_LEVELS = (1, 2, 4)
 
@@ -55,6 +56,10 @@ class Claim:
     leans: str = ""  # the verdict the estimate points to, were its p small enough
     # why the row holds by construction (shown, neither counted nor tested); '' for evidence
     by_construction: str = ""
+    key: str = ""  # the row's key (analysis/claims/schema.py Row.key)
+    seeds: int = 0  # the seeds the verdict rests on (paired: the seeds both cells have)
+    sd: float = math.nan  # sd over seeds of the paired differences (paired rows only)
+    effect: float = math.nan  # the paper's effect as a difference (Row.effect); NaN: none
 
 
 def ci(values: pd.Series) -> tuple[float, float, float, int, str]:
@@ -77,7 +82,7 @@ def measured(c: Claim, values: pd.Series) -> tuple[float, float, float] | None:
     if not n:
         return None
     c.measured = c.basis = text
-    c.value = m
+    c.value, c.seeds = m, n
     if no_interval(c, low):
         return None
     if no_spread(low, high, n):
@@ -190,7 +195,7 @@ def paired(c: Claim, a: pd.Series, b: pd.Series, names: tuple[str, str], directi
     d = paired_difference(a, b)
     c.basis = f"{names[0]} − {names[1]} {fmt_paired(d, direction)}"
     c.measured = f"{names[0]} {ta} vs {names[1]} {tb}; paired {c.basis}"
-    c.value = d.mean
+    c.value, c.seeds, c.sd = d.mean, d.n, d.sd
     if not d.n:
         c.verdict, c.note = "not settled", "no seed in common: nothing to pair"
         return c
@@ -226,6 +231,7 @@ def across_levels(c: Claim, parts: dict[int, Claim]) -> Claim:
     deciding = {k: p for k, p in shown.items() if k in PAPER_LEVELS}
     verdicts = {p.verdict for p in deciding.values()}
     out.value = deciding[max(deciding)].value if deciding else math.nan
+    out.seeds = min(p.seeds for p in (deciding or shown).values())
     per_level = ", ".join(f"{k}x {p.verdict}" + (f" ({_reason(p)})" if _reason(p) else "")
                           for k, p in shown.items())
     if not deciding:

@@ -134,6 +134,10 @@ class Row:
     metric: str = ""  # the primary metric, where the row tests an accuracy
     also: str = ""  # the other accuracy metric, shown beside the primary one
     missing: str = ""  # where a missing cell would come from (a sweep), for `no data` rows
+    # The paper's value as a difference on the row's scale, where it gives one (Fig. 11's
+    # 62.0 vs 54.2 on AIME24 is 0.078 of accuracy): the effect a seed count is sized to
+    # detect (analysis/core/power.py). None where the paper names only a direction.
+    effect: float | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
 
     @property

@@ -11,20 +11,23 @@ with the rows that hold by construction shown but neither tested nor counted.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 import pandas as pd
 
-from analysis.claims import rules
+from analysis.claims import distance, rules
 from analysis.claims.rules import Claim
 from analysis.claims.schema import Band, Direction, Match, NoChange, Reach, Row, ShareAbove
 from analysis.core.final import alignment_note
 from analysis.core.grad_clip import confound_note
-from analysis.core.multiplicity import with_holm
+from analysis.core.multiplicity import PILOT, with_holm
 from analysis.core.search_ceiling import reach
 from analysis.core.stats import fmt_ci, fmt_wilson, mean_ci
 
 ACCURACY = ("final_sampled_acc", "final_greedy_acc")
+# A row on fewer seeds is a pilot: no verdict, not among Holm's tests (docs/statistics.md).
+# At 8 seeds the sd's 95% interval spans 0.66-2.0 times the measured sd; at 3, 0.52-6.3.
+PILOT_SEEDS = 8
 # How a row names its accuracy metric when it shows both (the primary one first).
 METRIC_WORDS = {"final_sampled_acc": "sampled", "final_greedy_acc": "greedy"}
 
@@ -49,7 +52,9 @@ class Measured:
 
 def claim_of(row: Row, text: str | None = None, **fields) -> Claim:
     """The row's Claim before any measurement (`text`: its claim with placeholders filled)."""
-    return Claim(text or row.claim, row.paper, row.criterion, **fields)
+    effect = math.nan if row.effect is None else row.effect
+    return Claim(text or row.claim, row.paper, row.criterion, key=row.key, effect=effect,
+                 **fields)
 
 
 def judge(c: Claim, row: Row, m: Measured) -> Claim:
@@ -194,6 +199,7 @@ def match_rule(c: Claim, m: Measured, margin: float) -> Claim:
     if not len(d):
         return c
     c = rules.directed(c, d, -margin, rules.UP)
+    c.sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan
     c = add_note(c, alignment_note(m.frames[0], m.frames[1], m.names[:2]))
     cells = " vs ".join(f"{name} {fmt_ci(*mean_ci(v))}"
                         for name, v in zip(m.names, m.values, strict=True))
@@ -204,7 +210,24 @@ def match_rule(c: Claim, m: Measured, margin: float) -> Claim:
 
 
 def table(claims: list[Claim] | pd.DataFrame) -> pd.DataFrame:
-    """One table's judged rows, with Holm's correction over its tested rows."""
+    """One table's judged rows: pilots marked, Holm's correction over its tested rows, and
+    how many seeds each unsettled paired row would need (analysis/claims/distance.py)."""
     frame = claims if isinstance(claims, pd.DataFrame) else pd.DataFrame(
         [c.__dict__ for c in claims], columns=list(Claim.__dataclass_fields__))
-    return with_holm(frame)
+    frame = frame.assign(**{f.name: f.default for f in fields(Claim)
+                            if f.name not in frame and f.default is not MISSING})
+    frame = with_holm(as_pilots(frame))
+    frame[distance.COLUMN] = distance.seeds_column(frame)
+    return frame
+
+
+def as_pilots(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows that rest on 1 to PILOT_SEEDS - 1 seeds get no verdict: `pilot` (their numbers,
+    note and p stay; they leave Holm's tests). A row that holds by construction keeps its
+    verdict (it does not rest on the seeds); a row of exact counts has no seeds (0)."""
+    out = frame.copy()
+    seeds = pd.to_numeric(out["seeds"], errors="coerce").fillna(0)
+    built = out["by_construction"].fillna("").astype(str) != ""
+    pilot = (out["verdict"] != "no data") & seeds.between(1, PILOT_SEEDS - 1) & ~built
+    out.loc[pilot, "verdict"] = PILOT
+    return out

@@ -7,8 +7,9 @@ across the whole table: sort the m tested rows' p-values, compare the i-th small
 p_adj(i) = max over j <= i of min(1, (m - j + 1) p(j)); a row survives when p_adj < 0.05.
 
 The family is one table: one suite's claims in REPORT.md, one lag report's claims. Rows
-with no test (no data, one seed, a count rather than an estimate) are not counted in m and
-keep their verdict. The raw verdict stays beside the adjusted one; a tested row keeps its
+with no test (no data, one seed, a count rather than an estimate) and pilots (rows on fewer
+seeds than a verdict needs, analysis/claims/verdicts.py) are not counted in m and keep
+their verdict. The raw verdict stays beside the adjusted one; a tested row keeps its
 raw `held`/`not held` after Holm only when its adjusted p is below 0.05, else it becomes
 `not settled`.
 """
@@ -23,6 +24,7 @@ import pandas as pd
 
 ALPHA = 0.05
 SETTLED = ("held", "not held")
+PILOT = "pilot"  # a row given no verdict: too few seeds (not a test, not in m)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -39,12 +41,27 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out.tolist()
 
 
+def holm_alpha(pvalues: Sequence[float]) -> list[float]:
+    """The level each tested row is compared with in Holm's steps, in the input's order:
+    ALPHA / (m - i) for the i-th smallest p (i from 0; ties in input order, as `holm`);
+    NaN for untested rows."""
+    p = np.asarray(pvalues, dtype=float)
+    tested = np.flatnonzero(~np.isnan(p))
+    out = np.full(len(p), np.nan)
+    for rank, i in enumerate(tested[np.argsort(p[tested], kind="stable")]):
+        out[i] = ALPHA / (len(tested) - rank)
+    return out.tolist()
+
+
 def with_holm(claims: pd.DataFrame) -> pd.DataFrame:
-    """`claims` (one table: columns verdict and p) with `tests` (m, the rows with a test),
-    `holm_p` and `holm_verdict` added."""
+    """`claims` (one table: columns verdict and p) with `tests` (m, the rows with a test
+    that are not pilots), `holm_p`, `holm_alpha` (the level of the row's Holm step) and
+    `holm_verdict` added."""
     out = claims.copy()
     p = pd.to_numeric(out["p"], errors="coerce") if "p" in out else pd.Series(np.nan, out.index)
+    p = p.where(out["verdict"] != PILOT)
     out["holm_p"] = holm(p.tolist())
+    out["holm_alpha"] = holm_alpha(p.tolist())
     out["tests"] = int(p.notna().sum())
     out["holm_verdict"] = [holm_verdict(v, q) for v, q in zip(out["verdict"], out["holm_p"],
                                                               strict=True)]
@@ -65,9 +82,16 @@ def fmt_holm(row: pd.Series) -> str:
     verdict, tests = row["holm_verdict"], int(row["tests"])
     if str(row.get("by_construction", "") or "") not in ("", "nan"):
         return f"{verdict} (by construction; not among the {tests})"
+    if verdict == PILOT:
+        return f"{pilot_label(row['seeds'])}; not among the {tests} tests"
     if math.isnan(row["holm_p"]):
         return f"{verdict} (no test; not among the {tests})"
     return f"{verdict} (p {fmt_p(row['p'])}, Holm {fmt_p(row['holm_p'])} of {tests} tests)"
+
+
+def pilot_label(seeds: int) -> str:
+    """'pilot (3 seeds)': what a pilot row shows in place of a verdict."""
+    return f"{PILOT} ({int(seeds)} seed{'' if int(seeds) == 1 else 's'})"
 
 
 def fmt_p(p: float) -> str:

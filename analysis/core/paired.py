@@ -31,6 +31,7 @@ class Paired:
     above: int  # seeds with a - b > 0
     below: int  # seeds with a - b < 0
     p: float = math.nan  # two-sided paired t-test of a - b against 0 (NaN: no test)
+    sd: float = math.nan  # sd of the per-seed differences (NaN for fewer than two)
 
     def seeds_in(self, direction: int) -> int:
         return self.above if direction == UP else self.below
@@ -42,7 +43,8 @@ def paired_difference(a: pd.Series, b: pd.Series) -> Paired:
     common = a.index.intersection(b.index)
     d = (a.loc[common] - b.loc[common]).astype(float)
     m, lo, hi, n = mean_ci(d)
-    return Paired(m, lo, hi, n, int((d > 0).sum()), int((d < 0).sum()), two_sided_p(d))
+    sd = float(d.std(ddof=1)) if n > 1 else math.nan
+    return Paired(m, lo, hi, n, int((d > 0).sum()), int((d < 0).sum()), two_sided_p(d), sd)
 
 
 def direction_verdict(low: float, high: float, direction: int, ref: float = 0.0) -> str:

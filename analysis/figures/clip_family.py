@@ -17,6 +17,7 @@ from analysis.claims.clip_family import EXPERIMENTS, ROWS
 from analysis.claims.paper import Suite
 from analysis.claims.quantities import values
 from analysis.core import style
+from analysis.core.multiplicity import PILOT, pilot_label
 from analysis.core.plotting import suptitle
 from analysis.core.stats import mean_ci
 from analysis.figures.contract import FigureResult, Options, require, save
@@ -57,6 +58,7 @@ def _panel(ax: plt.Axes, d: pd.DataFrame, pairs: list[str], colours: dict[str, s
         if row["n"]:
             ax.plot([row["mean"]], [y], "D", color=colour, ms=6)
         verdict = row["after_holm"] if row["n"] else "no data"
+        verdict = pilot_label(row["n"]) if verdict == PILOT else verdict
         ax.text(0.99, y, verdict, transform=ax.get_yaxis_transform(), ha="right", va="center",
                 fontsize=7, color=VERDICT_COLOURS.get(verdict, "#777777"),
                 bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})

@@ -35,9 +35,16 @@ from analysis.core.summary import run_summary
 from analysis.figures.clip_family import draw_forest
 from analysis.figures.contract import Options, SkipFigure
 from analysis.reports.clip_regime import DRIFT, DRIFT_VS, ordered, regime_table
-from analysis.reports.markdown import holm_counts, md_table, shown_claims, verdict_counts
+from analysis.reports.markdown import (
+    SEEDS_HEADING,
+    SEEDS_RULE,
+    holm_counts,
+    md_table,
+    shown_claims,
+    verdict_counts,
+)
 
-CLAIM_COLUMNS = ["claim", "paper", "measured", "verdict", "after Holm", "note"]
+CLAIM_COLUMNS = ["claim", "paper", "measured", "verdict", "after Holm", SEEDS_HEADING, "note"]
 
 
 def _read(run: Run) -> bool:
@@ -116,7 +123,7 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
             f"{', '.join(e for e in EXPERIMENTS if e in set(s['experiment']))} (docs/methods.md, "
             "\"The 2025-26 clip family\").", "",
             f"## Claims (declared before the runs: experiments/sweeps.yaml `{SWEEP}`)", "",
-            f"Verdicts: {verdict_counts(claims)}. {holm_counts(claims)}", "",
+            f"Verdicts: {verdict_counts(claims)}. {holm_counts(claims)}", "", SEEDS_RULE, "",
             md_table(shown_claims(claims)[CLAIM_COLUMNS]), "",
             "## Final accuracy by method and experiment", "",
             "Mean of each run's last three evals, 95% t-interval over seeds; gain: final minus "

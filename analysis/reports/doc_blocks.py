@@ -31,7 +31,10 @@ import pandas as pd
 if __package__ in (None, ""):  # run as a script: make `analysis` importable from the repo root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from analysis.core.multiplicity import fmt_p  # noqa: E402
+from analysis.claims.distance import COLUMN as SEEDS_NEEDED  # noqa: E402
+from analysis.claims.distance import HEADING as SEEDS_HEADING  # noqa: E402
+from analysis.claims.rules import VERDICTS  # noqa: E402
+from analysis.core.multiplicity import PILOT, fmt_p, pilot_label  # noqa: E402
 from analysis.core.stats import fmt_ci  # noqa: E402
 from analysis.core.style import staleness_label  # noqa: E402
 from analysis.reports.markdown import by_construction  # noqa: E402
@@ -58,7 +61,7 @@ def _main_suite(report: Path) -> tuple[str, pd.Series]:
 
 
 def _counts(row: pd.Series, holm: bool) -> str:
-    kinds = ["held", "not held", "not settled", "no data"]
+    kinds = list(VERDICTS)
     cols = [f"{k} (Holm)" if holm else k for k in kinds]
     text = ", ".join(f"{int(row[c])} {k}" for c, k in zip(cols, kinds, strict=True) if row[c])
     built = int(row.get("by construction", 0) or 0)
@@ -74,11 +77,15 @@ def claims_block(report: Path) -> str:
     holm = pd.to_numeric(main["holm_p"], errors="coerce")
     table = pd.DataFrame({
         "claim": main["claim"], "paper": main["paper"], "ours (95% interval)": main["basis"],
-        "verdict": [f"{v} (by construction)" if b else v
-                    for v, b in zip(main["verdict"], by_construction(main), strict=True)],
-        "after Holm": ["by construction" if b else f"{v} (p {fmt_p(a)}, Holm {fmt_p(q)})"
-                       for v, a, q, b in zip(main["holm_verdict"], p, holm,
-                                             by_construction(main), strict=True)]})
+        "verdict": [f"{v} (by construction)" if b else pilot_label(n) if v == PILOT else v
+                    for v, b, n in zip(main["verdict"], by_construction(main), main["seeds"],
+                                       strict=True)],
+        "after Holm": ["by construction" if b else pilot_label(n) if v == PILOT else
+                       f"{v} (p {fmt_p(a)}, Holm {fmt_p(q)})"
+                       for v, a, q, b, n in zip(main["holm_verdict"], p, holm,
+                                                by_construction(main), main["seeds"],
+                                                strict=True)],
+        SEEDS_HEADING: main[SEEDS_NEEDED]})
     return (f"{int(row['total'])} claims counted (suite S1 of the report): {_counts(row, False)}; "
             f"after Holm's correction over the {tests} tested rows: {_counts(row, True)}.\n\n"
             + _table(table) + "\n")

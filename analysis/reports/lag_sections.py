@@ -13,7 +13,14 @@ from analysis.figures.lag_common import lag_order
 from analysis.figures.lag_corrections import corrections_table
 from analysis.figures.lag_forest import paired_rows
 from analysis.figures.lag_ratios import outside_clip, ratio_shares
-from analysis.reports.markdown import holm_counts, md_table, shown_claims, verdict_counts
+from analysis.reports.markdown import (
+    SEEDS_HEADING,
+    SEEDS_RULE,
+    holm_counts,
+    md_table,
+    shown_claims,
+    verdict_counts,
+)
 
 PILOT_FIGURE_PREFIX = "lag_pilot"  # figures of the calibration pilots, kept apart
 CELL_COLS = {
@@ -36,7 +43,8 @@ INTRO = (
     "Holm's correction over this table's tested rows (two-sided t-test p, Holm-adjusted p, "
     "number of tests); a settled verdict whose adjusted p is not below 0.05 becomes `not "
     "settled`. The search rows are counts over pooled updates (Wilson intervals), not tests, "
-    "and hold by construction (the search walks its grid to the end): shown, not counted."
+    "and hold by construction (the search walks its grid to the end): shown, not counted. "
+    + SEEDS_RULE
 )
 CELLS_INTRO = (
     f"final = mean of the last {FINAL_EVALS} evals on 256 held-out problems (their steps and "
@@ -101,7 +109,8 @@ def _spacing_lines(s: pd.DataFrame) -> list[str]:
 
 
 def _claims_lines(claims: pd.DataFrame) -> list[str]:
-    shown = shown_claims(claims)[["claim", "paper", "measured", "verdict", "after Holm", "note"]]
+    shown = shown_claims(claims)[["claim", "paper", "measured", "verdict", "after Holm",
+                                   SEEDS_HEADING, "note"]]
     return [f"## Claims ({verdict_counts(claims)})", "", holm_counts(claims), "",
             md_table(shown.fillna("—")), ""]
 

@@ -5,10 +5,24 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analysis.claims.distance import COLUMN as SEEDS_NEEDED
+from analysis.claims.distance import HEADING as SEEDS_HEADING
 from analysis.claims.rules import VERDICTS
 from analysis.core import style
 from analysis.core.cells import experiment_order
-from analysis.core.multiplicity import fmt_holm
+from analysis.core.multiplicity import PILOT, fmt_holm, pilot_label
+
+# What every claims section says of pilots and of the seeds-needed column.
+SEEDS_RULE = (
+    "A row on fewer than 8 seeds is a pilot: no verdict (`pilot (n seeds)`), its numbers "
+    "shown, and not among Holm's tests. `seeds needed`: for a paired comparison `not "
+    "settled` after Holm, the seeds a two-sided paired t-test would need to detect the "
+    "paper's effect (its value as a difference, where the claim declares one; else `no paper "
+    "value`) at the measured paired sd with 80% power, at the level of the row's Holm step "
+    "(a pilot's: 0.05 over the table's tests and pilots); in brackets the same at the ends of "
+    "the sd's 95% chi-square interval over the row's seeds: an order of magnitude, not a "
+    "promise (docs/statistics.md)."
+)
 
 
 def by_construction(claims: pd.DataFrame) -> pd.Series:
@@ -29,13 +43,15 @@ def verdict_counts(claims: pd.DataFrame, column: str = "verdict") -> str:
 
 
 def shown_claims(claims: pd.DataFrame) -> pd.DataFrame:
-    """A claims table as REPORT.md shows it: `after Holm` in words, and a row that holds by
-    construction marked so in its verdict and explained in its note."""
+    """A claims table as REPORT.md shows it: `after Holm` in words, a pilot's seeds in its
+    verdict, the seeds an unsettled row would need (SEEDS_HEADING), and a row that holds
+    by construction marked so in its verdict and explained in its note."""
     built = by_construction(claims)
     why = claims["by_construction"] if "by_construction" in claims else pd.Series("", claims.index)
-    out = claims.assign(**{"after Holm": claims.apply(fmt_holm, axis=1)})
-    out["verdict"] = [f"{v} (by construction)" if b else v
-                      for v, b in zip(out["verdict"], built, strict=True)]
+    out = claims.assign(**{"after Holm": claims.apply(fmt_holm, axis=1),
+                           SEEDS_HEADING: claims[SEEDS_NEEDED]})
+    out["verdict"] = [f"{v} (by construction)" if b else pilot_label(n) if v == PILOT else v
+                      for v, b, n in zip(out["verdict"], built, out["seeds"], strict=True)]
     out["note"] = [f"holds by construction, not counted: {w}" + (f"; {n}" if n else "")
                    if b else n for b, w, n in zip(built, why, out["note"], strict=True)]
     return out

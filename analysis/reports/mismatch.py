@@ -22,7 +22,14 @@ from analysis.core.stats import fmt_ci, mean_ci
 from analysis.core.summary import run_summary
 from analysis.figures.contract import Options, SkipFigure
 from analysis.figures.mismatch import FIGURES, draw_accuracy, setting_of, settings_order
-from analysis.reports.markdown import holm_counts, md_table, shown_claims, verdict_counts
+from analysis.reports.markdown import (
+    SEEDS_HEADING,
+    SEEDS_RULE,
+    holm_counts,
+    md_table,
+    shown_claims,
+    verdict_counts,
+)
 
 # Per-update diagnostics, averaged over each run's updates, then over a setting's runs.
 DIAGNOSTICS = {
@@ -34,7 +41,7 @@ DIAGNOSTICS = {
     "rollout_corr_rollout_rs_masked_fraction": "rejected tokens",
     "clip_frac": "clip fraction",
 }
-CLAIM_COLUMNS = ["claim", "paper", "measured", "verdict", "after Holm", "note"]
+CLAIM_COLUMNS = ["claim", "paper", "measured", "verdict", "after Holm", SEEDS_HEADING, "note"]
 METRICS = {"final_sampled_acc": "sampled (primary)", "final_greedy_acc": "greedy"}
 
 
@@ -175,7 +182,8 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
             f"{', '.join(settings_order(s['experiment'].unique()))} (sampler precision / "
             "correction; docs/mismatch.md).", "",
             "## Claims (declared before the runs: experiments/sweeps.yaml `mismatch_grid`)", "",
-            f"Verdicts: {verdict_counts(claims)}. {holm_counts(claims)}", "", md_table(shown), "",
+            f"Verdicts: {verdict_counts(claims)}. {holm_counts(claims)}", "", SEEDS_RULE, "",
+            md_table(shown), "",
             "## Final accuracy by method and setting", "", md_table(acc), "",
             "## The mismatch and the corrections (means per update, then over runs)", "",
             md_table(diag), ""]

@@ -22,6 +22,7 @@ from analysis.core.pilots import one_seed_cells
 from analysis.core.search_outcomes import search_outcomes
 from analysis.reports.claim_counts import claim_counts
 from analysis.reports.markdown import (
+    SEEDS_HEADING,
     holm_counts,
     md_table,
     order_cells,
@@ -131,7 +132,7 @@ def _batch_lines(summary: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
         return [], claims
     claims = verdicts.table(claims)
     shown = shown_claims(claims)[["claim", "paper", "measured", "criterion", "verdict",
-                                  "after Holm", "note"]]
+                                  "after Holm", SEEDS_HEADING, "note"]]
     return ["## Staleness against data and batch size", "",
             *[_batch_intro(c) for c in controls_present(summary)],
             f"Verdicts: {verdict_counts(claims)}.", "", holm_counts(claims), "",

@@ -9,8 +9,11 @@ import pandas as pd
 from analysis.core import style
 from analysis.core.builds import build_labels, run_meta
 from analysis.core.loader import RunSet
+from analysis.core.multiplicity import PILOT
 from analysis.reports import random_reward
 from analysis.reports.markdown import (
+    SEEDS_HEADING,
+    SEEDS_RULE,
     by_construction,
     holm_counts,
     md_table,
@@ -96,7 +99,7 @@ VERDICT_RULE = (
     "it (analysis/claims/paper.py): a range as the paper gives it, `~x` as [x - 0.05, x + "
     "0.05], a comparison as the direction of a paired difference. A row that holds by "
     "construction (its note says why) is shown with its verdict but is no evidence: it is "
-    "neither counted nor among Holm's tests. docs/statistics.md has the details."
+    "neither counted nor among Holm's tests. docs/statistics.md has the details. " + SEEDS_RULE
 )
 
 
@@ -110,6 +113,9 @@ def summary_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
     shown = shown_claims(main)
     table = shown[["claim", "paper", "basis", "verdict"]].rename(columns={"basis": "ours"})
     table["after Holm"] = main["holm_verdict"].where(~by_construction(main), "by construction")
+    table["after Holm"] = table["after Holm"].where(main["holm_verdict"] != PILOT,
+                                                    shown["verdict"])
+    table[SEEDS_HEADING] = shown[SEEDS_HEADING]
     lines = ["## Summary", "", VERDICT_RULE, ""]
     if len(suites) > 1:
         lines += [f"Suite {labels[suites[0]]} (the suites table below names S1..S{len(suites)}): "
@@ -151,7 +157,7 @@ def suites_lines(runs: RunSet, claims: pd.DataFrame, suites: list[str]) -> list[
 def claims_lines(claims: pd.DataFrame, suites: list[str]) -> list[str]:
     lines = ["## Paper claims", "", VERDICT_RULE, ""]
     cols = ["claim", "paper", "measured", "experiments", "criterion", "verdict", "after Holm",
-            "note"]
+            SEEDS_HEADING, "note"]
     labels = suite_labels(suites)
     for suite in suites:
         part = claims[claims["suite"] == suite]

@@ -45,16 +45,16 @@ def test_run_index_maps_each_dir_to_its_overrides(tmp_path, write_run):
 def test_counts_read_back_from_report_text():
     text = "\n".join(["## Paper claims", "### S1", "", "Verdicts: 5 held, 1 not held, 9 not settled.",
                       "", "After Holm's correction over the 15 tested rows: 2 held, 13 not settled.",
-                      "| claim |", "### S2", "Verdicts: 2 not held, 1 no data."])
+                      "| claim |", "### S2", "Verdicts: 2 not held, 3 pilot, 1 no data."])
     got = counts_in_report(text)
-    assert got["S1"] == {"held": 5, "not held": 1, "not settled": 9, "no data": 0, BUILT: 0}
-    assert got["S2"] == {"held": 0, "not held": 2, "not settled": 0, "no data": 1, BUILT: 0}
+    none = {v: 0 for v in VERDICTS}
+    assert got["S1"] == {**none, "held": 5, "not held": 1, "not settled": 9, BUILT: 0}
+    assert got["S2"] == {**none, "not held": 2, "pilot": 3, "no data": 1, BUILT: 0}
     holm = counts_in_report(text, holm=True)
-    assert holm == {"S1": {"held": 2, "not held": 0, "not settled": 13, "no data": 0, BUILT: 0}}
+    assert holm == {"S1": {**none, "held": 2, "not settled": 13, BUILT: 0}}
     one_suite = ("## Paper claims\n\nVerdicts: 3 held; 2 by construction (shown, not "
                  "counted).\n")
-    assert counts_in_report(one_suite) == {"S1": {"held": 3, "not held": 0, "not settled": 0,
-                                                  "no data": 0, BUILT: 2}}
+    assert counts_in_report(one_suite) == {"S1": {**none, "held": 3, BUILT: 2}}
 
 
 @pytest.mark.skipif(not (FIGURES / "claim_counts.csv").is_file(), reason="no committed figures")

@@ -20,15 +20,19 @@ def _report(tmp_path: Path) -> Path:
     out.mkdir()
     suite = "grid"
     pd.DataFrame([{"label": "S1", "suite": suite, "held": 1, "not held": 0, "not settled": 1,
-                   "no data": 0, "total": 2, "held (Holm)": 0, "not held (Holm)": 0,
-                   "not settled (Holm)": 2, "no data (Holm)": 0}]).to_csv(
+                   "pilot": 1, "no data": 0, "total": 3, "held (Holm)": 0, "not held (Holm)": 0,
+                   "not settled (Holm)": 2, "pilot (Holm)": 1, "no data (Holm)": 0}]).to_csv(
         out / "claim_counts.csv", index=False)
     pd.DataFrame([
         {"suite": suite, "claim": "a rises", "paper": "up", "basis": "+0.1 ± 0.05 (n=3)",
-         "verdict": "held", "p": 0.04, "holm_p": 0.08, "tests": 2, "holm_verdict": "not settled"},
+         "verdict": "held", "p": 0.04, "holm_p": 0.08, "tests": 2, "holm_verdict": "not settled",
+         "seeds": 8, "seeds_needed": "no paper value"},
         {"suite": suite, "claim": "b falls", "paper": "down", "basis": "-0.1 ± 0.5 (n=3)",
          "verdict": "not settled", "p": 0.6, "holm_p": 0.6, "tests": 2,
-         "holm_verdict": "not settled"},
+         "holm_verdict": "not settled", "seeds": 8, "seeds_needed": "—"},
+        {"suite": suite, "claim": "c beats d", "paper": "62 vs 54", "basis": "+0.1 ± 0.2 (n=3)",
+         "verdict": "pilot", "p": 0.3, "holm_p": None, "tests": 2, "holm_verdict": "pilot",
+         "seeds": 3, "seeds_needed": "9 (5-189)"},
     ]).to_csv(out / "claims.csv", index=False)
     pd.DataFrame([
         {"suite": suite, "experiment": "e4", "method": "ppo", "staleness": 4,
@@ -44,11 +48,14 @@ def test_blocks_are_filled_from_the_reports_csvs(tmp_path):
     doc = ("intro\n<!-- generated: claims (rep) -->\nstale text\n<!-- /generated: claims -->\n"
            "<!-- generated: results (rep) -->\n<!-- /generated: results -->\nend\n")
     got = fill(doc, tmp_path)
-    assert got.startswith("intro\n<!-- generated: claims (rep) -->\n2 claims counted (suite S1 of the "
-                          "report): 1 held, 1 not settled; after Holm's correction over the 2 "
-                          "tested rows: 2 not settled.\n")
+    assert got.startswith("intro\n<!-- generated: claims (rep) -->\n3 claims counted (suite S1 of the "
+                          "report): 1 held, 1 not settled, 1 pilot; after Holm's correction over the "
+                          "2 tested rows: 2 not settled, 1 pilot.\n")
     assert "stale text" not in got and got.endswith("<!-- /generated: results -->\nend\n")
-    assert "| a rises | up | +0.1 ± 0.05 (n=3) | held | not settled (p 0.040, Holm 0.080) |" in got
+    assert ("| a rises | up | +0.1 ± 0.05 (n=3) | held | not settled (p 0.040, Holm 0.080) | "
+            "no paper value |") in got
+    assert ("| c beats d | 62 vs 54 | +0.1 ± 0.2 (n=3) | pilot (3 seeds) | pilot (3 seeds) | "
+            "9 (5-189) |") in got
     # the results block: mean ± half-width, and no interval where the seeds had no spread
     assert "| ppo | 4x | 0.300 ± 0.050 (n=3) | 0.000 (n=3; every seed equal: no interval) |" in got
     assert fill(got, tmp_path) == got  # filling again changes nothing

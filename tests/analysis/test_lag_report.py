@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis.claims.lag import lag_claims
+from analysis.claims.rules import VERDICTS
 from analysis.core.builds import check_one_warm_start
 from analysis.core.lags import lag_table, steady_updates
 from analysis.core.loader import load_runs
@@ -358,7 +359,7 @@ def test_report_cli_writes_claims_tables_and_figures(tmp_path, write_run):
     text = (out / "REPORT.md").read_text()
     assert "bapo beats ppo at lag 8-11, ppo clips " in text
     claims = pd.read_csv(out / "lag_claims.csv")
-    assert set(claims["verdict"]) <= {"held", "not held", "not settled", "no data"}
+    assert set(claims["verdict"]) <= set(VERDICTS)
     for name in ("lag_training", "lag_forest", "lag_bapo"):
         assert (out / f"{name}.png").stat().st_size > 0
     search = pd.read_csv(out / "lag_search.csv").set_index("method")
