@@ -106,6 +106,10 @@ class ModelConfig:
                                "dir of a Python package that ships the files (src/models/packaged.py)")
     gguf_file: str | None = setting(None, "hf: a GGUF file in model.path, dequantized to model.dtype "
                                     "on load (needs the gguf package)")
+    # Changes no number: the cached entry holds the very tensors the GGUF load gives.
+    gguf_cache: bool = setting(True, "hf: keep a GGUF file's dequantized model and tokenizer in "
+                               "cache_dir/gguf/ (keyed by the file's sha256) and load them from "
+                               "there after the first run; false: read the GGUF every run")
     install: str | None = setting(None, "hf: the command that installs what model.path and "
                                   "model.gguf_file need; a config error shows it when they are missing")
     dtype: str = setting("float32", "weights' dtype", one_of(MODEL_DTYPES, _said(MODEL_DTYPES)))
@@ -323,7 +327,7 @@ class Config:
     resume: str = setting("auto", "auto: continue an unfinished run dir, skip a finished one | "
                           "true | false", one_of(("auto", "true", "false"), "auto, true or false"))
     overwrite: bool = setting(False, "true: move an existing run dir aside and start fresh")
-    cache_dir: str = setting(".cache", "warm-start cache (a run writes only here and in its run dir)")
+    cache_dir: str = setting(".cache", "warm-start and GGUF weight cache (a run writes only here and in its run dir)")
     # Its default is the mode this process loaded torch in (src/_numerics.py: the command
     # line's numerics=..., else REPRO_NUMERICS, else portable), so a yaml cannot switch it.
     numerics: str = setting(active_numerics(), "portable: CPU kernels pinned to AVX2, the same numbers "

@@ -91,6 +91,7 @@ NON_NUMERIC_KEYS = (
     "cache_dir",
     "experiment.description",
     "model.install",  # the install hint a config error shows
+    "model.gguf_cache",  # where the same weights are read from (src/models/gguf_cache.py)
     "logger.backend",
     "logger.project",
     "logger.mode",
