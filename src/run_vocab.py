@@ -111,7 +111,8 @@ ADDED_SECTIONS = {
                   "delay": None, "delay_start": None, "replay_capacity": None, "replay_draws": None,
                   "token_budget": None, "mask_stale_prefix": None},
     "numerics": "native",
-    "train": {"minibatch_split": "responses", "fused_optimizer": False, "compile": "none"},
+    "train": {"minibatch_split": "responses", "fused_optimizer": False, "compile": "none",
+              "shared_prefix": False, "pack": None},
     # The mismatch work: the sampler in the trainer's own fp32 weights, evals at T = 1 (the
     # only temperature runs could use before), no correction.
     "rollout": {"precision": "fp32", "behaviour": "scored"},
