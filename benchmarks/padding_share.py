@@ -45,11 +45,10 @@ def step_lengths() -> list[list[int]]:
 
 def prompt_lengths() -> list[int]:
     """Token counts of the smol_4x training prompts in chat form (SmolLM2's tokenizer)."""
-    from tests.conftest import compose
-
     from src.build import build_task, prompt_formatter
     from src.models.hf import load_hf_model
     from src.models.packaged import resolve_model_path
+    from tests.conftest import compose
 
     cfg = compose(["experiment=smol_4x"])
     task = build_task(cfg.task)
