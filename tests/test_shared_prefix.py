@@ -71,6 +71,29 @@ def test_the_layouts_give_the_plain_forwards_numbers_and_gradients(shared_prefix
                                    msg=name)
 
 
+def tiny_qwen2(seed: int = 0):
+    """The tiny test Llama's shape as a Qwen2 (biased q/k/v, grouped keys and values)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=True)
+    return Qwen2ForCausalLM(cfg).float()
+
+
+def test_a_qwen2_model_gives_the_plain_numbers_too():
+    model, data = tiny_qwen2(), grouped_rollout()
+    weights = torch.randn(data.response_ids.shape)
+    plain = _score_and_grad(Scorer(model, 1.0), data, weights)
+    laid_out = _score_and_grad(Scorer(model, 1.0, shared_prefix=True, pack=0.1), data, weights)
+    mask = data.response_mask
+    torch.testing.assert_close(laid_out[0][mask], plain[0][mask], rtol=1e-5, atol=1e-6)
+    for name, want in plain[2].items():
+        torch.testing.assert_close(laid_out[2][name], want, rtol=1e-5,
+                                   atol=1e-5 * float(want.abs().max()), msg=name)
+
+
 def test_the_prompt_runs_once_per_distinct_prompt_and_its_gradient_flows_through_the_cache():
     """The prompt forward sees 4 rows (one per group), not 16; detaching the expanded cache
     changes the gradient, so the shared prefix is what carries it."""
