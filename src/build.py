@@ -53,7 +53,9 @@ def build_model(model_cfg: ModelConfig, task, device: torch.device, progress: bo
                                          device=str(device),
                                          gradient_checkpointing=model_cfg.gradient_checkpointing,
                                          trust_remote_code=model_cfg.trust_remote_code,
-                                         gguf_file=model_cfg.gguf_file, progress=progress)
+                                         gguf_file=model_cfg.gguf_file, progress=progress,
+                                         gguf_cache_dir=Path(cache_dir) / "gguf"
+                                         if model_cfg.gguf_cache else None)
         info = {"path": model_cfg.path, "next_train_index": 0}
         if model_cfg.gguf_file is not None:
             info["gguf_file"] = model_cfg.gguf_file

@@ -33,6 +33,7 @@ from src.config_fields import (
     in_half_open_unit,
     in_open_unit,
     one_of,
+    or_none,
     setting,
 )
 from src.model_dtypes import MODEL_DTYPES
@@ -106,6 +107,10 @@ class ModelConfig:
                                "dir of a Python package that ships the files (src/models/packaged.py)")
     gguf_file: str | None = setting(None, "hf: a GGUF file in model.path, dequantized to model.dtype "
                                     "on load (needs the gguf package)")
+    # Changes no number: the cached entry holds the very tensors the GGUF load gives.
+    gguf_cache: bool = setting(True, "hf: keep a GGUF file's dequantized model and tokenizer in "
+                               "cache_dir/gguf/ (keyed by the file's sha256) and load them from "
+                               "there after the first run; false: read the GGUF every run")
     install: str | None = setting(None, "hf: the command that installs what model.path and "
                                   "model.gguf_file need; a config error shows it when they are missing")
     dtype: str = setting("float32", "weights' dtype", one_of(MODEL_DTYPES, _said(MODEL_DTYPES)))
@@ -229,6 +234,17 @@ class TrainConfig:
     compile: str = setting("none", "none | inductor (torch.compile's CPU/GPU kernels for the "
                            "scoring forward; the first calls compile) | aot_eager (trace only)",
                            one_of(COMPILE_BACKENDS))
+    # Two layouts of the scoring forward that compute the same numbers with less work, equal
+    # to the plain forward only to float rounding (other matmul shapes), so both are opt-in
+    # and committed runs use neither (docs/pretrained.md).
+    shared_prefix: bool = setting(False, "true: each distinct prompt of a forward runs once and "
+                                  "its responses run on its KV cache, gradients through the "
+                                  "shared prefix (src/shared_prefix.py)")
+    pack: float | None = setting(None, "a share s in (0, 1): each forward's rows are sorted by "
+                                 "response length and cut into the fewest buckets with at most s "
+                                 "of their response slots padding, one forward each "
+                                 "(src/packing.py); null: off",
+                                 or_none(in_open_unit("the most padding a bucket may hold")))
     weight_decay: float = setting(0.0, "decoupled weight decay", finite_at_least(0))
     betas: list[float] = setting([0.9, 0.999], "adamw's betas; sgd's momentum is betas[0]")
     warmup_steps: int = setting(0, "linear learning-rate warmup, in steps", at_least(0))
@@ -323,7 +339,7 @@ class Config:
     resume: str = setting("auto", "auto: continue an unfinished run dir, skip a finished one | "
                           "true | false", one_of(("auto", "true", "false"), "auto, true or false"))
     overwrite: bool = setting(False, "true: move an existing run dir aside and start fresh")
-    cache_dir: str = setting(".cache", "warm-start cache (a run writes only here and in its run dir)")
+    cache_dir: str = setting(".cache", "warm-start and GGUF weight cache (a run writes only here and in its run dir)")
     # Its default is the mode this process loaded torch in (src/_numerics.py: the command
     # line's numerics=..., else REPRO_NUMERICS, else portable), so a yaml cannot switch it.
     numerics: str = setting(active_numerics(), "portable: CPU kernels pinned to AVX2, the same numbers "
@@ -558,7 +574,21 @@ def validate(cfg: DictConfig | dict) -> Config:
     _check_rest(config)
     _check_rollout(config)
     _check_compile(config)
+    _check_shared_prefix(config)
     return config
+
+
+def _check_shared_prefix(c: Config) -> None:
+    """train.shared_prefix runs the responses on the prompt's KV cache, which a checkpointed
+    layer does not keep and which is not traced under torch.compile."""
+    if not c.train.shared_prefix:
+        return
+    if c.model.gradient_checkpointing:
+        raise ConfigError("train.shared_prefix=true needs model.gradient_checkpointing=false (a "
+                          "checkpointed layer keeps no KV cache); set one of them false")
+    if c.train.compile != "none":
+        raise ConfigError(f"train.shared_prefix=true needs train.compile=none (the cached forward "
+                          f"is not traced), got train.compile={c.train.compile}; set one of them off")
 
 
 def _check_compile(c: Config) -> None:

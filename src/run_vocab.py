@@ -91,6 +91,7 @@ NON_NUMERIC_KEYS = (
     "cache_dir",
     "experiment.description",
     "model.install",  # the install hint a config error shows
+    "model.gguf_cache",  # where the same weights are read from (src/models/gguf_cache.py)
     "logger.backend",
     "logger.project",
     "logger.mode",
@@ -110,7 +111,8 @@ ADDED_SECTIONS = {
                   "delay": None, "delay_start": None, "replay_capacity": None, "replay_draws": None,
                   "token_budget": None, "mask_stale_prefix": None},
     "numerics": "native",
-    "train": {"minibatch_split": "responses", "fused_optimizer": False, "compile": "none"},
+    "train": {"minibatch_split": "responses", "fused_optimizer": False, "compile": "none",
+              "shared_prefix": False, "pack": None},
     # The mismatch work: the sampler in the trainer's own fp32 weights, evals at T = 1 (the
     # only temperature runs could use before), no correction.
     "rollout": {"precision": "fp32", "behaviour": "scored"},

@@ -71,7 +71,7 @@ class Trainer:
         # Every scoring pass (behaviour, old log-probs, the loss) scores the distribution the
         # rollout sampled from: logits / rollout.temperature (src/policy.py).
         self.scorer = Scorer(model, cfg.rollout.temperature, cfg.train.micro_batch_size,
-                             cfg.train.compile)
+                             cfg.train.compile, cfg.train.shared_prefix, cfg.train.pack)
         self.gradient_step = GradientStep(
             self.method, self.scorer, optimizer, scheduler, self.correction, cfg.train.grad_clip,
             cfg.offpolicy.weight_cap, cfg.logger.entropy_change)

@@ -23,9 +23,9 @@ import torch
 from torch import Tensor
 
 from src.config_fields import ConfigError
-from src.policy import response_logits, response_logprobs
 from src.rollout import Rollout
 from src.rollout.base import needs_special_tokens
+from src.token_scoring import response_logits, response_logprobs
 
 
 @dataclass

@@ -68,6 +68,33 @@ def _looks_local(name_or_path: str) -> bool:
     )
 
 
+def _load(name: str, torch_dtype, trust_remote_code: bool, gguf_file: str | None):
+    kwargs = {"trust_remote_code": trust_remote_code}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **kwargs)
+    return model, tokenizer
+
+
+def _load_gguf_cached(name: str, gguf_file: str, torch_dtype, cache_dir: Path,
+                      trust_remote_code: bool):
+    """(model, tokenizer) of a GGUF file from its cache entry, written on the first load."""
+    from src.models import gguf_cache
+
+    digest = gguf_cache.file_digest(Path(name).expanduser() / gguf_file, cache_dir)
+    key = gguf_cache.entry_key(digest, str(torch_dtype))
+    entry = gguf_cache.entry_dir(cache_dir, key)
+    if not gguf_cache.has_entry(entry):
+        model, tokenizer = _load(name, torch_dtype, trust_remote_code, gguf_file)
+        gguf_cache.save_entry(entry, key, model, tokenizer)
+    # The first run, too, gets the model as the entry gives it back (a plain model, no GGUF
+    # quantizer attached), so every run starts from the same object; named by its source.
+    model, tokenizer = gguf_cache.load_entry(entry, torch_dtype)
+    model.config._name_or_path = tokenizer.name_or_path = name
+    return model, tokenizer
+
+
 def load_hf_model(
     name_or_path: str | Path,
     *,
@@ -77,12 +104,15 @@ def load_hf_model(
     trust_remote_code: bool = False,
     gguf_file: str | None = None,
     progress: bool = True,
+    gguf_cache_dir: str | Path | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) from a hub id or a local `save_pretrained` directory.
 
     The tokenizer pads on the left (for generation) and falls back to EOS as its pad token.
     `gguf_file` loads a GGUF checkpoint in `name_or_path` (dequantized to `dtype`; needs the
-    `gguf` package); transformers reads it in place and writes no converted copy anywhere.
+    `gguf` package); transformers reads it in place. `gguf_cache_dir`: the dequantized model
+    and its tokenizer are written there once and loaded from there after, the same tensors
+    bit for bit (src/models/gguf_cache.py); None reads the GGUF file every time.
     `progress`: transformers' own bars (the GGUF conversion's, the weights') or none.
     """
     name = str(name_or_path)
@@ -98,13 +128,13 @@ def load_hf_model(
             raise FileNotFoundError(
                 f"model path {name!r} has no config.json; is it a save_pretrained directory?"
             )
-    kwargs = {"trust_remote_code": trust_remote_code}
-    if gguf_file is not None:
-        kwargs["gguf_file"] = gguf_file
     try:
         with _bars(progress):
-            tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **kwargs)
+            if gguf_file is not None and gguf_cache_dir is not None:
+                model, tokenizer = _load_gguf_cached(name, gguf_file, torch_dtype, Path(gguf_cache_dir),
+                                                     trust_remote_code)
+            else:
+                model, tokenizer = _load(name, torch_dtype, trust_remote_code, gguf_file)
     except OSError as e:
         raise OSError(
             f"could not load model {name!r} (not a local directory, and not found on the "
