@@ -266,7 +266,7 @@ def test_a_study_part_becomes_microscope_commands_with_its_settings(tmp_path):
     assert settings.dir == str(tmp_path / "smol_4x" / "ppo" / "seed0")
     assert len(fifth) == 2  # part 5: two trunks, with the part's own settings over the study's
     settings, trunk = parse_microscope(fifth[1])
-    assert settings.arms == ["ppo", "clip_higher", "bapo", "zero"] and settings.horizon_arms == []
+    assert settings.arms == ["ppo", "bapo"] and settings.horizon_arms == [] and settings.last == 16
     assert "train.staleness_mode=fixed_update" in trunk and "seed=1" in trunk
-    assert settings.dir == str(tmp_path / "smol_4x" / "ppo" / "train.staleness_mode=fixed_update,"
-                               "train.steps=20" / "seed1")
+    assert settings.dir == str(tmp_path / "smol_4x" / "ppo" / "eval.every=6,train.staleness_mode="
+                               "fixed_update,train.steps=18" / "seed1")

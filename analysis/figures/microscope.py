@@ -45,8 +45,9 @@ def _interval_plot(ax, effects: pd.DataFrame, label: str) -> None:
                 xerr=[effects["mean"] - effects["low"], effects["high"] - effects["mean"]],
                 fmt="o", color="#1f77b4", ecolor="#555555", capsize=3)
     ax.axvline(0.0, color="black", lw=0.8)
-    ax.set_yticks(list(y), [f"{a} (n={n})" for a, n in zip(effects["arm"], effects["states"],
-                                                               strict=True)])
+    ax.set_yticks(list(y), [f"{a} ({n} states, {k} trunk{'s' if k != 1 else ''})"
+                            for a, n, k in zip(effects["arm"], effects["states"], effects["trunks"],
+                                               strict=True)])
     ax.set_xlabel(label)
 
 

@@ -63,6 +63,8 @@ def claims_table(judged: pd.DataFrame) -> list[str]:
 
 def insight2_table(branches: pd.DataFrame) -> list[str]:
     effects = own_effects(branches, "d_entropy").set_index("arm")
+    if not any(f"mask:{c}" in effects.index for c in CLASS_SIGNS):
+        return ["No class-mask arm (with a zero arm) in these studies."]
     lines = ["| token class | paper (Insight 2) | entropy change, mask - zero step | states |",
              "|---|---|---|---|"]
     for c, sign in CLASS_SIGNS.items():
@@ -132,7 +134,8 @@ def _header(meta: list[dict], branches: pd.DataFrame, horizons: pd.DataFrame) ->
     trunks = sorted({(m["trunk_overrides"] and " ".join(m["trunk_overrides"])) for m in meta})
     n_states = 0 if branches.empty else branches.groupby(["seed", "rollout", "update"]).ngroups
     return ["# The update microscope", "",
-            f"{len(meta)} studies from commit(s) {', '.join(commits)}; {n_states} branched states, "
+            f"{len(meta)} stud{'y' if len(meta) == 1 else 'ies'} from commit(s) {', '.join(commits)}; "
+            f"{n_states} branched states, "
             f"{0 if horizons.empty else len(horizons)} short-horizon rows. Trunks:", "",
             *[f"- `{t}`" for t in trunks], "",
             "Intervals: two-stage cluster bootstrap (trunk seeds, then rollouts within them; "
