@@ -74,6 +74,7 @@ def draw_insight2(branches: pd.DataFrame, out: Path, formats, dpi) -> list[Path]
                     textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xticks(range(len(names)), [CLASS_LABELS[c] for c in names])
+    ax.margins(y=0.25)  # room for the labels above the intervals
     ax.set_ylabel("entropy change, class mask - zero step")
     ax.set_title("Insight 2 measured: one update on one token class\n"
                  "p below/above the mini-batch median, by the sign of A")
