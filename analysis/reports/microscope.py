@@ -111,10 +111,12 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
     branches, horizons = tables["branches"], tables["horizons"]
     out.mkdir(parents=True, exist_ok=True)
     figures = []
-    if not branches.empty:
+    arms = set(branches["arm"]) if not branches.empty else set()
+    if "zero" in arms:  # every figure reads a rule against the zero step
         figures += [draw_entropy_by_arm(branches, out, formats, dpi),
-                    draw_insight2(branches, out, formats, dpi),
                     draw_logp_vs_share(branches, out, formats, dpi)]
+        if any(a.startswith("mask:") for a in arms):
+            figures.append(draw_insight2(branches, out, formats, dpi))
     if not horizons.empty:
         figures.append(draw_horizon_accuracy(horizons, out, formats, dpi))
     lines = _header(meta, branches, horizons) + ["## Claims", ""] + claims_table(judged)
