@@ -24,7 +24,7 @@ from torch import Tensor
 
 from src.config_fields import ConfigError
 from src.rollout import Rollout
-from src.rollout.base import needs_special_tokens
+from src.rollout.base import encode_prompts
 from src.token_scoring import response_logits, response_logprobs
 
 
@@ -89,12 +89,7 @@ def reference_response(task, problem) -> str:
 def teacher_forced(tokenizer, prompts: list[str], responses: list[str]) -> Rollout:
     """A rollout of given responses (each ended by the end token), laid out as the sampler
     lays out its own: prompts left-padded, responses right-padded."""
-    old_side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    try:
-        enc = tokenizer(prompts, return_tensors="pt", padding=True,
-                        add_special_tokens=needs_special_tokens(tokenizer, prompts))
-    finally:
-        tokenizer.padding_side = old_side
+    enc = encode_prompts(tokenizer, prompts)
     ids = [tokenizer(r, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
            for r in responses]
     width = max(len(x) for x in ids)

@@ -56,6 +56,18 @@ def needs_special_tokens(tokenizer, prompts: list[str]) -> bool:
     return not (bos and all(p.startswith(bos) for p in prompts))
 
 
+def encode_prompts(tokenizer, prompts: list[str]):
+    """The prompts tokenized as the sampler feeds them: left-padded (input_ids,
+    attention_mask), BOS added unless a chat template did; the tokenizer's own padding side
+    is left as it was."""
+    old_side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try:
+        return tokenizer(prompts, return_tensors="pt", padding=True,
+                         add_special_tokens=needs_special_tokens(tokenizer, prompts))
+    finally:
+        tokenizer.padding_side = old_side
+
+
 class RolloutBackend(Protocol):
     def generate(self, prompts: list[str], *, num_samples: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: int) -> Rollout: ...

@@ -12,7 +12,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from src.models.decoding import decode
-from src.rollout.base import Rollout, needs_special_tokens
+from src.rollout.base import Rollout, encode_prompts
 from src.rollout.sampler_precision import refresh, sampler_copy
 
 
@@ -84,12 +84,7 @@ class HFRollout:
     def generate(self, prompts: list[str], *, num_samples: int, max_new_tokens: int,
                  temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> Rollout:
         tok = self.tokenizer
-        old_side, tok.padding_side = tok.padding_side, "left"
-        try:
-            enc = tok(prompts, return_tensors="pt", padding=True,
-                      add_special_tokens=needs_special_tokens(tok, prompts))
-        finally:
-            tok.padding_side = old_side
+        enc = encode_prompts(tok, prompts)
         model = self._sampling_model()
         device = next(model.parameters()).device
         prompt_ids = enc["input_ids"].repeat_interleave(num_samples, dim=0)
