@@ -28,7 +28,8 @@ if str(ROOT) not in sys.path:
 
 from src.config_fields import ConfigError, config_exit  # noqa: E402
 
-FIXED = ["train.threads=1", "logger.progress=false"]
+# checkpoint.every changes no number: a trunk stopped with its session loses at most 2 rollouts
+FIXED = ["train.threads=1", "logger.progress=false", "checkpoint.every=2"]
 TOKEN_FRACTION = 0.2  # the trunk's token rows kept: whole responses, as export_results.py keeps them
 STUDY_FILES = ("microscope.yaml", "probes.pt", "branches.parquet", "horizons.parquet")
 
