@@ -2,6 +2,7 @@
 part by part, and export its finished studies lean.
 
     python experiments/microscope/run_study.py microscope_smol --part 1 --workers 2
+    python experiments/microscope/run_study.py microscope_smol --status
     python experiments/microscope/run_study.py microscope_smol --export experiments/microscope/smol
 
 Each job is one trunk (a cell of the part's grid, seed outermost) run by
@@ -113,6 +114,34 @@ def export(root: Path, out: Path) -> None:
         print(f"[exported] {target} ({kept}/{total} trunk token rows)")
 
 
+def status(jobs: list[list[str]]) -> list[str]:
+    """One line per job: the trunk's status and step, the branched states and horizon rows
+    written so far, and the time the branches took."""
+    import json
+
+    import pandas as pd
+
+    lines = []
+    for job in jobs:
+        where = Path(job[-1].split("=", 1)[1])
+        trunk = where / "trunk" / "status.json"
+        state = json.loads(trunk.read_text())["status"] if trunk.exists() else "not started"
+        steps = 0
+        if (where / "trunk" / "metrics.jsonl").exists():
+            steps = (where / "trunk" / "metrics.jsonl").read_text().count('"kind": "step"')
+        done = {}
+        for name in ("branches", "horizons"):
+            path = where / f"{name}.parquet"
+            done[name] = pd.read_parquet(path) if path.exists() else pd.DataFrame()
+        b = done["branches"]
+        states = 0 if b.empty else b.groupby(["rollout", "update"]).ngroups
+        hours = 0.0 if b.empty else float(b["time_update_s"].sum() + b["time_read_s"].sum()) / 3600
+        lines.append(f"{where}: trunk {state} at rollout {steps}; {states} states branched "
+                     f"({hours:.2f} h of branch updates and readings); "
+                     f"{len(done['horizons'])} horizon rows")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("study", help="an experiments/sweeps.yaml entry with entry: microscope")
@@ -121,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, help="default runs/microscope/<study>")
     parser.add_argument("--export", type=Path, metavar="OUT",
                         help="export the finished studies under --root to OUT, run nothing")
+    parser.add_argument("--status", action="store_true",
+                        help="print where each job of the chosen parts stands, run nothing")
     args = parser.parse_args(argv)
     root = args.root or Path("runs/microscope") / args.study
     if args.export:
@@ -129,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1:
         config_exit(f"--workers must be >= 1, got {args.workers}")
     jobs = study_jobs(args.study, args.part, root)
+    if args.status:
+        print("\n".join(status(jobs)))
+        return 0
     check_jobs(jobs)
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
         codes = list(pool.map(run_job, jobs))
