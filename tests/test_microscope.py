@@ -5,6 +5,7 @@ with expectations computed here from the trunk's own token rows."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -270,3 +271,43 @@ def test_a_study_part_becomes_microscope_commands_with_its_settings(tmp_path):
     assert "train.staleness_mode=fixed_update" in trunk and "seed=1" in trunk
     assert settings.dir == str(tmp_path / "smol_4x" / "ppo" / "eval.every=6,train.staleness_mode="
                                "fixed_update,train.steps=18" / "seed1")
+
+
+METHODS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "method").glob("*.yaml"))
+
+
+def _run_study(tmp_path, overrides, settings, scope_cls=Recording):
+    from src.microscope.study import prepare, study_label, write_settings
+
+    s = prepare([*overrides, *settings, f"microscope.dir={tmp_path / 'study'}"])
+    write_settings(s)
+    scope = scope_cls(s.settings, s.arms, s.dir, study_label(s.cfg), s.horizon_arms)
+    assert execute(s.cfg, s.trunk_dir, overrides=s.trunk_args, observe=scope.attach) == "finished"
+    return scope, pd.read_parquet(s.dir / "branches.parquet")
+
+
+@pytest.mark.slow
+def test_every_registered_method_is_an_arm(tmp_path, smoke_overrides):
+    """Every conf/method option branches from the same stale state: one row each, a step taken
+    (or its skip named), finite readings, a non-negative KL."""
+    _, table = _run_study(tmp_path, [*smoke_overrides, "method=ppo", "train.steps=1"],
+                          [f"microscope.arms=[{','.join(METHODS)}]", "microscope.updates=[1]",
+                           "microscope.probe_prompts=2", "microscope.correct_problems=4"])
+    assert sorted(table["arm"]) == METHODS
+    assert table["d_entropy"].notna().all() and (table["kl"] >= 0).all()
+    assert (table["skipped"] == table["skip_reason"].notna()).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trunk", ["bapo", "clip_cov", "top_entropy"])
+def test_a_branch_is_the_trunks_update_for_other_trunk_methods(tmp_path, smoke_overrides, trunk):
+    """BAPO (a search per update), clip_cov (a seeded random draw) and top_entropy with its
+    once-per-rollout decision as trunks: the branch of the trunk's method is its update."""
+    extra = ["method.top_entropy.scope=rollout"] if trunk == "top_entropy" else []
+    scope, table = _run_study(tmp_path, [*smoke_overrides, f"method={trunk}", "train.steps=2", *extra],
+                              [f"microscope.arms=[{trunk},zero]", "microscope.probe_prompts=2",
+                               "microscope.correct_problems=4"])
+    assert len(scope.branch_weights) == len(scope.trunk_weights) == 4
+    for branch, own in zip(scope.branch_weights, scope.trunk_weights, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(branch, own, strict=True))
+    assert all(before == after for before, after in scope.digests)
