@@ -311,3 +311,33 @@ def test_a_branch_is_the_trunks_update_for_other_trunk_methods(tmp_path, smoke_o
     for branch, own in zip(scope.branch_weights, scope.trunk_weights, strict=True):
         assert all(torch.equal(x, y) for x, y in zip(branch, own, strict=True))
     assert all(before == after for before, after in scope.digests)
+
+
+class TrunkEnd(Recording):
+    """Keeps only what the trunk-identity check needs."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", [
+    ["offpolicy.source=delay", "offpolicy.delay=1"],
+    ["offpolicy.source=replay", "offpolicy.replay_capacity=2", "offpolicy.replay_draws=1"],
+    ["offpolicy.source=partial", "offpolicy.token_budget=16"],
+    ["rollout.precision=int8", "correction=tis"],
+], ids=["delay", "replay", "partial", "int8_tis"])
+def test_the_trunk_is_the_run_under_every_off_policy_source(tmp_path, smoke_overrides, source):
+    """Behind a delay queue, with replay, with partial rollouts, and with a low-precision
+    sampler and its correction, the branches leave the trunk's data and records untouched."""
+    overrides = [*smoke_overrides, "method=ppo", "train.steps=3", "logger.token_fraction=1.0", *source]
+    plain = tmp_path / "plain"
+    assert execute(compose(overrides), plain) == "finished"
+    scope, table = _run_study(tmp_path, overrides, ["microscope.arms=[ppo,bapo,noclip]",
+                                                    "microscope.probe_prompts=2",
+                                                    "microscope.correct_problems=4"], TrunkEnd)
+    trunk = scope.study_dir / "trunk"
+    a, b = read_metrics(plain), read_metrics(trunk)
+    for kind in ("update", "step", "eval"):
+        assert _strip_times(a[kind]) == _strip_times(b[kind])
+    assert token_rows(trunk) == token_rows(plain)
+    assert len(table) > 0 and all(x == y for x, y in scope.digests)
+    for branch, own in zip(scope.branch_weights, scope.trunk_weights, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(branch, own, strict=True))
