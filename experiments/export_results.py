@@ -18,6 +18,12 @@ curve (from metrics.jsonl) is exact.
 Why whole responses rather than single rows: a response keeps its positions together, so
 per-response views (length, positions, reward) stay meaningful in the sample.
 
+Size: every clone carries every export, so one sweep's export should take at most about
+10 MiB (experiments/README.md lists each root's size). The last line printed is what this
+export wrote, and how much of it is token rows; over 10 MiB, one `warning:` line on stderr
+names the lever, --response-fraction (most committed roots used 0.02). metrics.jsonl is kept
+whole whatever the fraction, so the fraction shrinks the token rows only.
+
 Exit code 0 when the runs are exported; 2 with one `config error:` line, as `python -m
 src.run`, for bad input: a --response-fraction outside (0, 1], or no finished run dir under
 --runs.
@@ -44,6 +50,7 @@ from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, a
 
 KEEP_FILES = ("config.yaml", "status.json", "metrics.jsonl")
 SAMPLE_NAME = "sampled.parquet"
+EXPORT_BUDGET_MIB = 10  # one sweep's export; every clone carries it (experiments/README.md)
 
 
 def finished_runs(root: Path) -> list[Path]:
@@ -109,6 +116,21 @@ def export_run(src: Path, dst: Path, fraction: float, run_key: str) -> tuple[int
     return total, kept
 
 
+def tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def report_size(written: list[Path], out: Path, fraction: float) -> None:
+    """Print what this export wrote; warn (one stderr line) past the budget of a sweep."""
+    size = sum(tree_bytes(d) for d in written) / 2**20
+    tokens = sum(tree_bytes(d / "tokens") for d in written) / 2**20
+    print(f"{len(written)} runs -> {out}: {size:.1f} MiB written, {tokens:.1f} MiB of it token rows")
+    if size > EXPORT_BUDGET_MIB:
+        print(f"warning: this export is {size:.1f} MiB, over the {EXPORT_BUDGET_MIB} MiB a sweep's "
+              f"export should take; its token rows are {tokens:.1f} MiB: lower "
+              f"--response-fraction (now {fraction}) to keep fewer", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -123,12 +145,13 @@ def main(argv: list[str] | None = None) -> None:
     if not runs:
         config_exit(f"no finished run dirs under {args.runs}; run a sweep first, or pass "
                     "--runs the folder its runs are in")
+    written = []
     for src in runs:
         rel = src.relative_to(args.runs)
         total, kept = export_run(src, args.out / rel, args.response_fraction, rel.as_posix())
         print(f"{rel}: {kept}/{total} token rows")
-    size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
-    print(f"{len(runs)} runs -> {args.out} ({size / 2**20:.1f} MiB)")
+        written.append(args.out / rel)
+    report_size(written, args.out, args.response_fraction)
 
 
 if __name__ == "__main__":

@@ -90,3 +90,45 @@ def test_the_script_exits_2_on_bad_input(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == "config error: --response-fraction must be in (0, 1], got 0.0\n"
+
+
+def _mib(root) -> float:
+    """Bytes of every file under root, in MiB, counted here rather than by the script."""
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 2**20
+
+
+def test_the_size_of_an_export_is_printed_and_over_budget_warned(tmp_path, write_run, capsys,
+                                                                 monkeypatch):
+    write_run(tmp_path / "runs", "bapo", 4, 0, steps=4, tokens_per_step=1600)
+    write_run(tmp_path / "runs", "ppo", 4, 0, steps=4, tokens_per_step=1600)
+    argv = ["--runs", str(tmp_path / "runs"), "--response-fraction", "0.5"]
+
+    export.main([*argv, "--out", str(tmp_path / "within")])  # a tiny export: under 10 MiB
+    out, err = capsys.readouterr()
+    within = tmp_path / "within"
+    size, tokens = _mib(within), sum(_mib(d) for d in within.rglob("tokens"))
+    assert 0 < tokens < size < 10
+    assert out.splitlines()[-1] == (f"2 runs -> {within}: {size:.1f} MiB written, "
+                                    f"{tokens:.1f} MiB of it token rows")
+    assert err == ""
+
+    # The same export against a budget it exceeds: one stderr line naming the lever.
+    monkeypatch.setattr(export, "EXPORT_BUDGET_MIB", size / 2)
+    export.main([*argv, "--out", str(tmp_path / "over")])
+    _, err = capsys.readouterr()
+    assert _mib(tmp_path / "over") == size  # the same files, so the same size
+    assert err == (f"warning: this export is {size:.1f} MiB, over the {size / 2} MiB a sweep's "
+                   f"export should take; its token rows are {tokens:.1f} MiB: lower "
+                   "--response-fraction (now 0.5) to keep fewer\n")
+
+
+def test_the_size_counts_this_exports_runs_not_what_out_held_before(tmp_path, write_run, capsys):
+    out = tmp_path / "out"
+    (out / "older").mkdir(parents=True)
+    (out / "older" / "metrics.jsonl").write_bytes(b"x" * (11 * 2**20))  # an older export, 11 MiB
+    write_run(tmp_path / "runs", "ppo", 4, 0, steps=2, tokens_per_step=400)
+    export.main(["--runs", str(tmp_path / "runs"), "--out", str(out)])
+    printed, err = capsys.readouterr()
+    new = _mib(out) - 11
+    assert printed.splitlines()[-1].startswith(f"1 runs -> {out}: {new:.1f} MiB written")
+    assert err == ""  # 11 MiB were there before; this export alone is far under 10 MiB
