@@ -131,12 +131,15 @@ def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=
     and always on the CPU default, with `src.models.sampling.generate` on `model` (the
     decode loop of src/models/decoding.py; greedy responses equal HF `generate`'s).
     """
-    problems = task.eval_problems(cfg.task.eval_problems)
-    prompts = [format_prompt(p.prompt) for p in problems]
+    from src.eval_schedule import at_problem
+
+    # the held-out sets: task.eval_problems, and eval.final_problems for the final window
+    sets = {n: task.eval_problems(n) for n in {cfg.task.eval_problems, cfg.eval.final_problems} if n}
     use_backend = backend is not None and cfg.rollout.backend != "hf"
 
-    def responses(greedy: bool, samples: int, label: str | None) -> list[tuple[int, str]]:
+    def responses(problems, greedy: bool, samples: int, label: str | None) -> list[tuple[int, str]]:
         """(problem index, response text) for `samples` responses per problem."""
+        prompts = [format_prompt(p.prompt) for p in problems]
         if use_backend:
             backend.sync_weights(model)
             roll = backend.generate(prompts, num_samples=samples,
@@ -152,19 +155,22 @@ def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=
                         seed=cfg.seed + 12_345, progress=label)
         return [(g.prompt_index, g.text) for g in gens]
 
-    def accuracy(greedy: bool, samples: int, label: str | None) -> float:
-        scores = [task.score(problems[i], text) for i, text in responses(greedy, samples, label)]
+    def accuracy(problems, greedy: bool, samples: int, label: str | None) -> float:
+        scores = [task.score(problems[i], text)
+                  for i, text in responses(problems, greedy, samples, label)]
         return sum(scores) / len(scores)
 
     def evaluate(step: int) -> dict:
+        problems = sets[at_problem(cfg.eval, cfg.task.eval_problems, cfg.train.steps, step)]
         record = {"step": step, "n_problems": len(problems)}
         # A bar while it generates (it clears when done): the step-0 eval runs before the
         # training bar appears, and a large task.eval_problems takes minutes.
         label = f"eval at step {step}" if cfg.logger.progress else None
         if cfg.eval.greedy:
-            record["greedy_accuracy"] = accuracy(True, 1, label and f"{label}, greedy")
+            record["greedy_accuracy"] = accuracy(problems, True, 1, label and f"{label}, greedy")
         if cfg.eval.sampled:
-            record["sampled_accuracy"] = accuracy(False, cfg.eval.samples, label and f"{label}, sampled")
+            record["sampled_accuracy"] = accuracy(problems, False, cfg.eval.samples,
+                                                  label and f"{label}, sampled")
         return record
 
     return evaluate

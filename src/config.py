@@ -36,6 +36,7 @@ from src.config_fields import (
     or_none,
     setting,
 )
+from src.eval_schedule import check_at
 from src.model_dtypes import MODEL_DTYPES
 from src.rollout.sampler_precision import PRECISIONS
 from src.run_vocab import SHARED_METHOD_KEYS
@@ -292,6 +293,11 @@ class EvalConfig:
     samples: int = setting(4, "sampled responses per held-out problem", at_least(1))
     temperature: float = setting(1.0, "sampled evals' temperature, whatever rollout.temperature is",
                                  finite_above(0))
+    at: list | None = setting(None, "the steps evaluated besides step 0, increasing, ending at "
+                              "train.steps (null: every eval.every steps and the end)")
+    final_problems: int | None = setting(None, "held-out problems of the evals at step 0 and of "
+                                         "the last three, which the final accuracy averages (null: "
+                                         "task.eval_problems for every eval)", or_none(at_least(1)))
 
 
 @dataclass
@@ -575,6 +581,8 @@ def validate(cfg: DictConfig | dict) -> Config:
     _check_rollout(config)
     _check_compile(config)
     _check_shared_prefix(config)
+    if problem := check_at(config.eval.at, config.train.steps):
+        raise ConfigError(f"eval.at {problem}")
     return config
 
 

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from src.committed import committed_dir_message
 from src.config import Config, ConfigError, validate
+from src.eval_schedule import eval_steps
 from src.lifecycle import check_existing_run, check_run_dir_free
 from src.run_dir import register_resolver, run_tag
 from src.schedule.split import minibatch_size
@@ -245,7 +246,7 @@ def eval_size_warning(cfg: Config) -> str | None:
     seconds = responses * SECONDS_PER_RESPONSE
     if seconds < SLOW_EVAL_SECONDS:
         return None
-    evals = 1 + -(-cfg.train.steps // cfg.eval.every)  # step 0, every eval.every, the end
+    evals = len(eval_steps(cfg.eval, cfg.train.steps))  # step 0, the schedule, the end
     return (f"task.eval_problems={cfg.task.eval_problems}: each of the run's {evals} evals "
             f"generates {responses} responses, about {_duration(seconds)} each at the default "
             "model size on 2 CPU cores (a progress bar shows it); the default is 256")
@@ -257,7 +258,7 @@ def eval_spacing_warning(cfg: Config) -> str | None:
     final accuracy (the mean of the last three evals, docs/statistics.md) would weigh the end
     twice. Evals belong at fixed update intervals."""
     steps, every = cfg.train.steps, cfg.eval.every
-    if steps % every == 0:
+    if cfg.eval.at is not None or steps % every == 0:  # eval.at: the steps are the user's own
         return None
     return (f"eval.every={every} does not divide train.steps={steps}: the last eval (step "
             f"{steps}) falls {steps % every} step(s) after the one at step {steps - steps % every}, "

@@ -116,7 +116,7 @@ ADDED_SECTIONS = {
     # The mismatch work: the sampler in the trainer's own fp32 weights, evals at T = 1 (the
     # only temperature runs could use before), no correction.
     "rollout": {"precision": "fp32", "behaviour": "scored"},
-    "eval": {"temperature": 1.0},
+    "eval": {"temperature": 1.0, "at": None, "final_problems": None},
     # the warm start's SFT without label smoothing (every shipped build); the pretrained
     # model's keys (no GGUF file, every weight trained)
     "model": {"sft": {"label_smoothing": 0.0}, "gguf_file": None, "install": None,

@@ -28,6 +28,7 @@ from src.algorithms import PolicyLossOutput
 from src.checkpoint import TrainState, save_checkpoint
 from src.config import Config
 from src.corrections import build_correction
+from src.eval_schedule import eval_steps
 from src.generation import Generation
 from src.gradient_step import NO_LOSS_TOKENS, GradientStep
 from src.minibatches import MiniBatch, apply_correction, decide_per_rollout, make_minibatches
@@ -76,6 +77,7 @@ class Trainer:
             self.method, self.scorer, optimizer, scheduler, self.correction, cfg.train.grad_clip,
             cfg.offpolicy.weight_cap, cfg.logger.entropy_change)
         self.log_tokens = True
+        self.eval_at = set(eval_steps(cfg.eval, cfg.train.steps))  # src/eval_schedule.py
         # Called before each update with its mini-batch; must leave every state as it found
         # it (src/microscope/ branches there and restores).
         self.before_update: Callable[..., None] | None = None
@@ -111,7 +113,7 @@ class Trainer:
             record = self.train_step(state)
             state.step += 1
             done = state.step
-            if self.evaluate is not None and (done % cfg.eval.every == 0 or done == cfg.train.steps):
+            if self.evaluate is not None and done in self.eval_at:
                 self.writer.log_eval(self.evaluate(done))
             state.wall_time_s += time.perf_counter() - t0
             if done % cfg.checkpoint.every == 0 or done == cfg.train.steps:
