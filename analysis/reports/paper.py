@@ -22,6 +22,7 @@ from analysis.core.loader import RunSet
 from analysis.core.pilots import one_seed_cells
 from analysis.core.search_outcomes import search_outcomes
 from analysis.reports.claim_counts import claim_counts
+from analysis.reports.grad_clip_section import grad_clip_lines
 from analysis.reports.markdown import (
     SEEDS_HEADING,
     holm_counts,
@@ -178,7 +179,7 @@ def write_report(
         *_results_lines(results, suites, last_k), *_learning_lines(runs, summary, suites),
         *batch,
         *apart_lines(apart, suites), *random_reward_lines(runs, summary, last_k),
-        *claims_lines(claims, suites), *search_lines(search, suites),
+        *grad_clip_lines(summary, suites), *claims_lines(claims, suites), *search_lines(search, suites),
         *bound_limit_lines(bound_limit_table(runs), suites), *figure_lines(runs, figures),
         "## Data problems", "", *([f"- {m}" for m in runs.messages] or ["none"]), "",
     ]
