@@ -134,6 +134,7 @@ def test_claims_pair_within_the_low_precision_runs_cpu_family(tmp_path):
     e = np.array([_final_sampled(fp32_intel[s]) - _final_sampled(fp32_amd[s]) for s in (0, 1)])
     half = t975(1) * e.std(ddof=1) / np.sqrt(2)
     assert fams.loc[0, "sampled (primary): this - other"].startswith(f"{e.mean():+.3f} ± {half:.3f}")
+    assert fams.loc[0, "sampled (primary): same-seed r"] == "-"  # two seeds give no correlation
     report = (out / "REPORT.md").read_text()
     assert "GenuineIntel/AVX2/MKL AVX2" in report and "what a last-bit perturbation" in report
     # each family's fp32 gain over its warm start, by hand: final minus the step-0 eval; AMD's
@@ -149,3 +150,21 @@ def test_claims_pair_within_the_low_precision_runs_cpu_family(tmp_path):
         half = t975(len(g) - 1) * g.std(ddof=1) / np.sqrt(len(g))
         assert rep.loc[family, "comparison"] == "ppo: gain over its warm start"
         assert rep.loc[family, "sampled (primary)"] == f"{g.mean():.3f} ± {half:.3f} (n={len(g)})"
+
+
+def test_family_table_correlates_the_same_seeds_by_hand():
+    from analysis.reports.mismatch import FP32, family_table
+
+    # this family 0.20, 0.25, 0.30, 0.35; the other 0.22, 0.24, 0.33, 0.33:
+    # deviations from the means 0.275 and 0.28: (-0.075, -0.025, 0.025, 0.075) and
+    # (-0.06, -0.04, 0.05, 0.05): sum of products 0.0105, sums of squares 0.0125 and 0.0102
+    # -> r = 0.0105 / sqrt(0.0125 * 0.0102) = 0.93
+    ours = pd.DataFrame({"experiment": FP32, "method": "bapo", "family": "A", "seed": range(4),
+                         "final_sampled_acc": [0.20, 0.25, 0.30, 0.35],
+                         "final_greedy_acc": [0.1, 0.2, 0.3, 0.4]})
+    theirs = ours.assign(family="B", final_sampled_acc=[0.22, 0.24, 0.33, 0.33],
+                         final_greedy_acc=[0.4, 0.3, 0.2, 0.1])
+    row = family_table(ours, theirs).iloc[0]
+    r = 0.0105 / np.sqrt(0.0125 * 0.0102)
+    assert row["sampled (primary): same-seed r"] == f"{r:.2f}"
+    assert row["greedy: same-seed r"] == "-1.00"
