@@ -168,3 +168,26 @@ def test_family_table_correlates_the_same_seeds_by_hand():
     r = 0.0105 / np.sqrt(0.0125 * 0.0102)
     assert row["sampled (primary): same-seed r"] == f"{r:.2f}"
     assert row["greedy: same-seed r"] == "-1.00"
+
+
+def test_accuracy_figure_has_the_warm_start_line_and_an_axis_from_0(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from analysis.figures.contract import Options
+    from analysis.figures.mismatch import draw_accuracy
+
+    # step-0 evals are final minus gain: sampled 0.23 and 0.25 (mean 0.24), greedy 0.14
+    s = pd.DataFrame({"method": ["ppo", "ppo"], "experiment": ["fp32/none", "int8/none"],
+                      "final_sampled_acc": [0.27, 0.26], "gain_sampled_acc": [0.04, 0.01],
+                      "final_greedy_acc": [0.24, 0.18], "gain_greedy_acc": [0.10, 0.04]})
+    limits = []
+    real = matplotlib.axes.Axes.set_ylim
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_ylim",
+                        lambda ax, *a, **k: limits.append(a) or real(ax, *a, **k))
+    res = draw_accuracy(s, Options(out=tmp_path, formats=("png",), dpi=30))
+    start = res.data[res.data["method"] == "warm start"].set_index("metric")["mean"]
+    assert start["final_sampled_acc"] == pytest.approx(0.24)
+    assert start["final_greedy_acc"] == pytest.approx(0.14)
+    ours = [a for a in limits if len(a) == 2]  # the figure's own (low, high) calls
+    assert [lo for lo, _ in ours] == [0, 0]  # both panels start at 0
+    assert ours[0][1] == pytest.approx(0.27 * 1.1)
