@@ -31,6 +31,7 @@ from analysis.core import style  # noqa: E402
 from analysis.core.loader import load_runs  # noqa: E402
 from analysis.core.pilots import one_seed_cells  # noqa: E402
 from analysis.core.summary import run_summary  # noqa: E402
+from analysis.figures import bound_hist as fig_bound_hist  # noqa: E402
 from analysis.figures import bounds as fig_bounds  # noqa: E402
 from analysis.figures import entropy_law as fig_entropy_law  # noqa: E402
 from analysis.figures import eval_steps as fig_eval_steps  # noqa: E402
@@ -55,6 +56,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("fig07_asymmetric_clips", fig_training.fig07_asymmetric),
     Figure("fig08_bapo_bounds", fig_bounds.fig08_bapo_bounds),
     Figure("fig_bapo_rho_before", fig_rho.fig_bapo_rho_before),
+    Figure("fig_bapo_bound_hist", fig_bound_hist.fig_bapo_bound_hist),
     Figure("fig09_bapo_vs_ppo", fig_training.fig09_bapo_vs_ppo),
     Figure("fig10_prob_is_entropy", fig_tokens.fig10_prob_ratio_entropy),
     Figure("fig11_final_accuracy", fig_final.fig11_final_accuracy),

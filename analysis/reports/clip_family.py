@@ -99,6 +99,30 @@ def accuracy_table(s: pd.DataFrame) -> pd.DataFrame:
     return ordered(pd.DataFrame(rows))
 
 
+REFERENCES = ("bapo", "ppo")  # the methods the rows compare the family with
+
+
+def not_learning_lines(s: pd.DataFrame) -> list[str]:
+    """A paragraph naming each reference cell whose greedy gain over its warm start has a
+    95% interval reaching 0: a row 'X beats bapo' there compares methods that have not been
+    shown to learn, so 'level with bapo' means level at not learning. None when every
+    reference learns."""
+    quiet = []
+    for (method, experiment), cell in s[s["method"].isin(REFERENCES)].groupby(
+            ["method", "experiment"]):
+        mean, lo, hi, n = mean_ci(cell["gain_greedy_acc"])
+        if n > 1 and lo <= 0:
+            quiet.append(f"{method} at {experiment} {fmt_ci(mean, lo, hi, n)}")
+    if not quiet:
+        return []
+    return ["**What the rows compare.** Greedy gain over the warm start, 95% t-interval over "
+            "seeds, of the reference cells whose interval reaches 0: " + "; ".join(quiet)
+            + ". Those references are not shown to learn here, so a family rule 'not beating' "
+            "them (or level with them) is a comparison of methods that do not learn, not "
+            "evidence that the rule is no better than the reference at learning. The rows "
+            "say so in their notes (`does not learn here`).", ""]
+
+
 def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
     """REPORT.md, claims.csv, accuracy.csv, regime.csv and the figure under `out`; returns
     the judged claims."""
@@ -123,7 +147,8 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
             f"{', '.join(e for e in EXPERIMENTS if e in set(s['experiment']))} (docs/methods.md, "
             "\"The 2025-26 clip family\").", "",
             f"## Claims (declared before the runs: experiments/sweeps.yaml `{SWEEP}`)", "",
-            f"Verdicts: {verdict_counts(claims)}. {holm_counts(claims)}", "", SEEDS_RULE, "",
+            f"Verdicts: {verdict_counts(claims)}. {holm_counts(claims)}", "",
+            *not_learning_lines(s), SEEDS_RULE, "",
             md_table(shown_claims(claims)[CLAIM_COLUMNS]), "",
             "## Final accuracy by method and experiment", "",
             "Mean of each run's last three evals, 95% t-interval over seeds; gain: final minus "

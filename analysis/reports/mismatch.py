@@ -76,6 +76,10 @@ def family_table(paired: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFrame:
             diff = both[key] - both[f"{key}_other"]
             row[f"{name}: this - other"] = fmt_ci(*mean_ci(diff))
             row[f"{name}: sd of the differences"] = f"{diff.std(ddof=1):.3f}" if len(diff) > 1 else "-"
+            # Same-seed correlation of the two families' values: near 0 a last-bit change acts
+            # as a new seed, far from it the seed still shapes both runs (3 seeds at least).
+            row[f"{name}: same-seed r"] = (f"{both[key].corr(both[f'{key}_other']):.2f}"
+                                           if len(both) > 2 else "-")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -195,7 +199,10 @@ def write_report(roots: list[Path], out: Path, title: str) -> pd.DataFrame:
     if len(families):
         text += ["The same fp32 cells made on another family, left out of the claims, paired by "
                  "seed against the ones above: what a last-bit perturbation alone does to the "
-                 "final accuracy.", "", md_table(families), "",
+                 "final accuracy. `same-seed r`: the Pearson correlation over seeds of the two "
+                 "families' values; a perturbation that acted as a new seed would leave it near "
+                 "0, so a large r (positive or negative) says the two runs of a seed did not part "
+                 "as two seeds do.", "", md_table(families), "",
                  "The fp32 cells' own comparisons on each family: a verdict drawn on one beside "
                  "the same seeds and configs on the other.",
                  "", md_table(replication), ""]

@@ -16,11 +16,13 @@ from analysis.claims import verdicts
 from analysis.claims.batch import BatchControl, batch_claims, controls_present
 from analysis.claims.paper import claims_table
 from analysis.claims.random_reward import random_suites, suite_claims
+from analysis.core.bound_limits import bound_limit_table
 from analysis.core.final import FINAL_EVALS
 from analysis.core.loader import RunSet
 from analysis.core.pilots import one_seed_cells
 from analysis.core.search_outcomes import search_outcomes
 from analysis.reports.claim_counts import claim_counts
+from analysis.reports.grad_clip_section import grad_clip_lines
 from analysis.reports.markdown import (
     SEEDS_HEADING,
     holm_counts,
@@ -33,6 +35,7 @@ from analysis.reports.markdown import (
 from analysis.reports.paper_sections import (
     SuiteFigures,
     apart_lines,
+    bound_limit_lines,
     build_lines,
     claims_lines,
     figure_lines,
@@ -176,7 +179,8 @@ def write_report(
         *_results_lines(results, suites, last_k), *_learning_lines(runs, summary, suites),
         *batch,
         *apart_lines(apart, suites), *random_reward_lines(runs, summary, last_k),
-        *claims_lines(claims, suites), *search_lines(search, suites), *figure_lines(runs, figures),
+        *grad_clip_lines(summary, suites), *claims_lines(claims, suites), *search_lines(search, suites),
+        *bound_limit_lines(bound_limit_table(runs), suites), *figure_lines(runs, figures),
         "## Data problems", "", *([f"- {m}" for m in runs.messages] or ["none"]), "",
     ]
     path = out / "REPORT.md"

@@ -60,6 +60,32 @@ def search_lines(table: pd.DataFrame, suites: list[str]) -> list[str]:
     ]
 
 
+def bound_limit_lines(table: pd.DataFrame, suites: list[str]) -> list[str]:
+    """Where BAPO's bounds sat (analysis/core/bound_limits.py): the share of updates at each
+    end of the grid, beside the search table's means; none when empty."""
+    if table.empty:
+        return []
+    shown = order_cells(table, suites)
+    shown["staleness"] = shown["staleness"].map(style.staleness_label)
+    first = list(shown.columns).index("n") + 1
+    for col in shown.columns[first:]:
+        shown[col] = shown[col].map(lambda v: f"{v:.3f}")
+    return [
+        "## Where BAPO's bounds sat",
+        "",
+        "Share of update records (all seeds of a cell pooled) whose c_low and c_high equal the "
+        "grid's start, equal its maximum, or lie between, and the share inside the paper's "
+        "bands (c_low ~0.7, read as 0.65-0.75; c_high 1.9-2.2). The means of c_low and c_high "
+        "above (and the claims' 'settles near' rows) average these ends: a mean between the "
+        "start and the maximum need not be a value any update used. Updates with no token of "
+        "nonzero advantage ran at the start bounds and are counted there. "
+        "`fig_bapo_bound_hist` draws the distributions.",
+        "",
+        md_table(shown_cols(shown, suites)),
+        "",
+    ]
+
+
 def apart_lines(apart: pd.DataFrame, suites: list[str]) -> list[str]:
     """The one-seed cells of suites whose other cells have more seeds: apart from the
     sweeps' tables, claims and figures (analysis/core/pilots.py); none when there are none."""

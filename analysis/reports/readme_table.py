@@ -32,6 +32,8 @@ START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 TESTBED, BATCH = "figures/testbed_grid/claims.csv", "figures/testbed_grid/batch_claims.csv"
 RAMBLE_LAGS, CHAIN_LAGS = "figures/testbed_lags/lag_claims.csv", "figures/lag_large/lag_claims.csv"
 INTEL = "figures/mismatch_grid/replication.csv"
+SWEEPS = "experiments/sweeps.yaml"
+AFTER = "stated after the runs"  # sweeps.yaml's comment on a primary metric chosen late
 FIG11 = "62.0 vs 54.2"
 # One estimate as a report prints it: '-0.037 ± 0.028 (n=8; 2 of 8 seeds > 0)', '0.725 (n=8)'.
 ESTIMATE = re.compile(r"[+-]?\d+\.\d+(?: ± [0-9.e-]+)? \(n=\d+[^)]*\)")
@@ -50,38 +52,41 @@ class Line:
     level: str = ""  # the staleness level shown, of a row tested at several ('4x')
     intel: str = ""  # the comparison of replication.csv rerun on an Intel CPU, if any
     metric: str = ""  # the primary metric, where the row's basis does not name it
+    sweep: str = ""  # the sweeps.yaml entry whose primary_metric the row's first metric is
 
 
 LINES: tuple[Line, ...] = (
     Line("negative tokens are ~0.80 of the tokens (Fig. 4)", "~0.80", TESTBED,
-         "negative_tokens", level="4x"),
+         "negative_tokens", level="4x", sweep="testbed_grid"),
     Line("failing responses are longer (Fig. 6)", "longer", TESTBED, "negative_longer",
-         level="4x"),
+         level="4x", sweep="testbed_grid"),
     Line("staleness raises the clip fraction (Fig. 2)", "rises", TESTBED, "clip_fraction_rises",
-         level="4x"),
+         level="4x", sweep="testbed_grid"),
     Line("staleness speeds the entropy fall (Fig. 2)", "faster fall", TESTBED,
-         "entropy_falls_faster", level="4x"),
-    Line("staleness costs, at equal update size and data (Fig. 2)", "costs", BATCH, "reuse"),
+         "entropy_falls_faster", level="4x", sweep="testbed_grid"),
+    Line("staleness costs, at equal update size and data (Fig. 2)", "costs", BATCH, "reuse",
+         sweep="testbed_batch_control"),
     Line("BAPO positive contribution (Fig. 9)", "0.43-0.46", TESTBED, "positive_contribution",
-         level="4x"),
+         level="4x", sweep="testbed_grid"),
     Line("bapo beats ppo at 4x (Fig. 11)", FIG11, TESTBED, "bapo_beats_ppo_4x",
-         intel="bapo - ppo, paired by seed"),
+         intel="bapo - ppo, paired by seed", sweep="testbed_grid"),
     Line("bapo beats clip_higher at 4x (Fig. 11)", "62.0 vs 59.2", TESTBED,
-         "bapo_beats_clip_higher_4x", intel="bapo - clip_higher, paired by seed"),
+         "bapo_beats_clip_higher_4x", intel="bapo - clip_higher, paired by seed",
+         sweep="testbed_grid"),
     Line("bapo beats ppo at lag 16-19 (Fig. 11)", FIG11, RAMBLE_LAGS, "bapo_beats_ppo",
-         where="lag 16-19"),
+         where="lag 16-19", sweep="testbed_lags"),
     Line("bapo beats ppo at lag 64-67 (Fig. 11)", FIG11, RAMBLE_LAGS, "bapo_beats_ppo",
-         where="lag 64-67"),
+         where="lag 64-67", sweep="testbed_lags"),
     Line("bapo beats ppo at lag 64-67, chain sums (Fig. 11)", FIG11, CHAIN_LAGS,
-         "bapo_beats_ppo", where="lag 64-67"),
+         "bapo_beats_ppo", where="lag 64-67", sweep="lag64"),
     Line("bapo beats ppo at lag 256-259, chain sums (Fig. 11)", FIG11, CHAIN_LAGS,
-         "bapo_beats_ppo", where="lag 256-259"),
+         "bapo_beats_ppo", where="lag 256-259", sweep="large_lag_peers"),
     Line("bapo beats ppo under experience replay (a setting the paper targets)", "no number",
-         CHAIN_LAGS, "bapo_beats_ppo_mixed_ages", where="replay"),
+         CHAIN_LAGS, "bapo_beats_ppo_mixed_ages", where="replay", sweep="scenarios"),
     Line("M2PO matches on-policy at lag 256 (M2PO)", "matches", CHAIN_LAGS,
-         "m2po_matches_on_policy", metric="greedy"),
+         "m2po_matches_on_policy", metric="greedy", sweep="m2po_authors"),
     Line("decoupled beats naive ppo (AReaL, Table 3)", "decoupled flat", CHAIN_LAGS,
-         "decoupled_beats_naive", where="lag 64-67"),
+         "decoupled_beats_naive", where="lag 64-67", sweep="decoupled_areal"),
 )
 HEADER = ["claim (paper)", "paper", "here (primary metric first)", "verdict",
           "seeds needed (80% power)"]
@@ -117,12 +122,28 @@ def estimates(basis: str, level: str = "") -> str:
     return "; ".join(shown)
 
 
+def primary_stated_after(sweep: str, root: Path = ROOT) -> bool:
+    """Whether sweeps.yaml's `sweep` entry says its primary_metric was stated after the
+    runs (its comment on that line); an error naming the entry when it has no such line."""
+    current = None
+    for text in (root / SWEEPS).read_text().splitlines():
+        top = re.match(r"([A-Za-z0-9_]+):", text)
+        if top:
+            current = top.group(1)
+        elif current == sweep and text.strip().startswith("primary_metric:"):
+            return AFTER in text
+    raise LookupError(f"{SWEEPS}: no primary_metric under {sweep!r}; fix LINES in {__name__}")
+
+
 def here(row: pd.Series, line: Line, root: Path = ROOT) -> str:
-    """What the README says was measured: the estimates, the cells that do not learn, and
-    the Intel rerun of the comparison where the line names one."""
+    """What the README says was measured: the estimates (the primary metric marked where
+    sweeps.yaml says it was stated after the runs), the cells that do not learn, and the
+    Intel rerun of the comparison where the line names one."""
     text = estimates(str(row["basis"]), line.level)
     if line.metric:
         text = f"{line.metric} (primary) {text}"
+    if line.sweep and primary_stated_after(line.sweep, root):
+        text = text.replace("(primary)", f"(primary, {AFTER})")
     quiet = sorted({m.split(" @ ")[0] for m in NOT_LEARNING.findall(str(row["note"]))})
     if quiet:
         text += f"; {' and '.join(quiet)} {'does' if len(quiet) == 1 else 'do'} not learn"

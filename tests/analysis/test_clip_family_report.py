@@ -341,3 +341,17 @@ def test_references_pair_within_the_sweeps_cpu_family(grid, tmp_path):
     acc = pd.read_csv(out / "accuracy.csv")
     bapo_4x = acc[(acc["method"] == "bapo") & (acc["experiment"] == "ramble_4x")]
     assert bapo_4x["seeds"].tolist() == [3]  # the Intel cells alone, not the int8 run
+
+
+def test_references_that_do_not_learn_are_named_before_the_rows():
+    from analysis.reports.clip_family import not_learning_lines
+
+    # bapo at 4x: gains 0.10, -0.02, 0.04 (mean 0.04, sd 0.06, t(2) half-width 0.149: reaches
+    # 0); ppo at 4x: 0.10, 0.11, 0.12 (half-width 0.025: learns); bapo at the lag: one seed.
+    s = pd.DataFrame({"method": ["bapo"] * 3 + ["ppo"] * 3 + ["bapo"],
+                      "experiment": ["ramble_4x"] * 6 + ["ramble_delay_4"],
+                      "gain_greedy_acc": [0.10, -0.02, 0.04, 0.10, 0.11, 0.12, -0.5]})
+    text = "".join(not_learning_lines(s))
+    assert "bapo at ramble_4x 0.040 ± 0.149 (n=3)" in text
+    assert "ppo at" not in text and "ramble_delay_4" not in text
+    assert not_learning_lines(s[s["method"] == "ppo"]) == []

@@ -27,7 +27,7 @@ TEXT_OUTPUTS = ["REPORT.md", "results.csv", "claims.csv", "claim_counts.csv", "r
 # figures/lag*/ and figures/testbed_lags/ are lag reports' (analysis/lag_report.py);
 # figures/paper_grid/ and figures/testbed_grid/ are their own roots'.
 OTHER_ROOTS = ("lag", "paper_grid", "testbed_grid", "testbed_lags", "mismatch_grid", "clip_family",
-               "smol_grid")
+               "smol_grid", "microscope")
 LAG_OUTPUTS = ["REPORT.md", "lag_summary.csv", "lag_claims.csv", "lag_search.csv", "lag_paired.csv",
                "lag_variants.csv"]
 

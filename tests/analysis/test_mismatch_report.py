@@ -134,6 +134,7 @@ def test_claims_pair_within_the_low_precision_runs_cpu_family(tmp_path):
     e = np.array([_final_sampled(fp32_intel[s]) - _final_sampled(fp32_amd[s]) for s in (0, 1)])
     half = t975(1) * e.std(ddof=1) / np.sqrt(2)
     assert fams.loc[0, "sampled (primary): this - other"].startswith(f"{e.mean():+.3f} ± {half:.3f}")
+    assert fams.loc[0, "sampled (primary): same-seed r"] == "-"  # two seeds give no correlation
     report = (out / "REPORT.md").read_text()
     assert "GenuineIntel/AVX2/MKL AVX2" in report and "what a last-bit perturbation" in report
     # each family's fp32 gain over its warm start, by hand: final minus the step-0 eval; AMD's
@@ -149,3 +150,44 @@ def test_claims_pair_within_the_low_precision_runs_cpu_family(tmp_path):
         half = t975(len(g) - 1) * g.std(ddof=1) / np.sqrt(len(g))
         assert rep.loc[family, "comparison"] == "ppo: gain over its warm start"
         assert rep.loc[family, "sampled (primary)"] == f"{g.mean():.3f} ± {half:.3f} (n={len(g)})"
+
+
+def test_family_table_correlates_the_same_seeds_by_hand():
+    from analysis.reports.mismatch import FP32, family_table
+
+    # this family 0.20, 0.25, 0.30, 0.35; the other 0.22, 0.24, 0.33, 0.33:
+    # deviations from the means 0.275 and 0.28: (-0.075, -0.025, 0.025, 0.075) and
+    # (-0.06, -0.04, 0.05, 0.05): sum of products 0.0105, sums of squares 0.0125 and 0.0102
+    # -> r = 0.0105 / sqrt(0.0125 * 0.0102) = 0.93
+    ours = pd.DataFrame({"experiment": FP32, "method": "bapo", "family": "A", "seed": range(4),
+                         "final_sampled_acc": [0.20, 0.25, 0.30, 0.35],
+                         "final_greedy_acc": [0.1, 0.2, 0.3, 0.4]})
+    theirs = ours.assign(family="B", final_sampled_acc=[0.22, 0.24, 0.33, 0.33],
+                         final_greedy_acc=[0.4, 0.3, 0.2, 0.1])
+    row = family_table(ours, theirs).iloc[0]
+    r = 0.0105 / np.sqrt(0.0125 * 0.0102)
+    assert row["sampled (primary): same-seed r"] == f"{r:.2f}"
+    assert row["greedy: same-seed r"] == "-1.00"
+
+
+def test_accuracy_figure_has_the_warm_start_line_and_an_axis_from_0(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from analysis.figures.contract import Options
+    from analysis.figures.mismatch import draw_accuracy
+
+    # step-0 evals are final minus gain: sampled 0.23 and 0.25 (mean 0.24), greedy 0.14
+    s = pd.DataFrame({"method": ["ppo", "ppo"], "experiment": ["fp32/none", "int8/none"],
+                      "final_sampled_acc": [0.27, 0.26], "gain_sampled_acc": [0.04, 0.01],
+                      "final_greedy_acc": [0.24, 0.18], "gain_greedy_acc": [0.10, 0.04]})
+    limits = []
+    real = matplotlib.axes.Axes.set_ylim
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_ylim",
+                        lambda ax, *a, **k: limits.append(a) or real(ax, *a, **k))
+    res = draw_accuracy(s, Options(out=tmp_path, formats=("png",), dpi=30))
+    start = res.data[res.data["method"] == "warm start"].set_index("metric")["mean"]
+    assert start["final_sampled_acc"] == pytest.approx(0.24)
+    assert start["final_greedy_acc"] == pytest.approx(0.14)
+    ours = [a for a in limits if len(a) == 2]  # the figure's own (low, high) calls
+    assert [lo for lo, _ in ours] == [0, 0]  # both panels start at 0
+    assert ours[0][1] == pytest.approx(0.27 * 1.1)

@@ -17,7 +17,7 @@ MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 60
 # neither the paper's suites nor the lags have; the clip family's pairs two experiments'
 # sweeps with the committed references of both
 SCRIPTS = {"__init__.py", "make_figures.py", "lag_report.py", "token_view.py", "mismatch_report.py",
-           "clip_family_report.py"}
+           "clip_family_report.py", "microscope_report.py"}
 PACKAGES = {"core", "claims", "figures", "reports"}
 
 

@@ -56,3 +56,31 @@ def test_fill_needs_its_markers_and_a_line_needs_its_row(tmp_path):
     missing = Line("x", "y", readme_table.TESTBED, "no_such_key")
     with pytest.raises(LookupError, match="no_such_key"):
         readme_table.claims_row(missing)
+
+
+def test_a_primary_metric_stated_after_the_runs_is_marked(tmp_path):
+    sweeps = tmp_path / "experiments" / "sweeps.yaml"
+    sweeps.parent.mkdir()
+    sweeps.write_text("early:\n  primary_metric: greedy_accuracy  # declared before the runs\n"
+                      "late:\n  description: x\n"
+                      "  primary_metric: sampled_accuracy  # stated after the runs: why\n")
+    assert not readme_table.primary_stated_after("early", tmp_path)
+    assert readme_table.primary_stated_after("late", tmp_path)
+    with pytest.raises(LookupError, match="nowhere"):
+        readme_table.primary_stated_after("nowhere", tmp_path)
+    row = pd.Series({"basis": "sampled (primary): a − b +0.010 ± 0.020 (n=8; 5 of 8 seeds > 0); "
+                              "greedy: a − b -0.010 ± 0.030 (n=8; 3 of 8 seeds > 0)", "note": ""})
+    late = Line("c", "p", readme_table.TESTBED, "k", sweep="late")
+    early = Line("c", "p", readme_table.TESTBED, "k", sweep="early")
+    assert readme_table.here(row, late, tmp_path).startswith(
+        "sampled (primary, stated after the runs) +0.010 ± 0.020")
+    assert readme_table.here(row, early, tmp_path).startswith("sampled (primary) +0.010")
+
+
+def test_every_line_names_a_sweep_with_a_primary_metric():
+    for line in readme_table.LINES:
+        assert line.sweep, line.claim
+        readme_table.primary_stated_after(line.sweep)  # raises where sweeps.yaml has none
+    # testbed_grid's sampled primary was chosen after its runs (sweeps.yaml says so)
+    assert readme_table.primary_stated_after("testbed_grid")
+    assert not readme_table.primary_stated_after("testbed_batch_control")
