@@ -82,9 +82,10 @@ def draw_insight2(branches: pd.DataFrame, out: Path, formats, dpi) -> list[Path]
     return save(fig, out, "fig_microscope_insight2", formats, dpi)
 
 
-def draw_logp_vs_share(branches: pd.DataFrame, out: Path, formats, dpi,
-                       arms=("ppo", "clip_higher", "bapo")) -> list[Path]:
+def draw_logp_vs_share(branches: pd.DataFrame, out: Path, formats, dpi) -> list[Path]:
+    """Every method arm (not the fixed bounds, masks or the zero step) against the zero step."""
     keys = KEYS["branches"]
+    arms = sorted(branches.loc[branches["arm_kind"] == "method", "arm"].unique())
     zero = branches[branches["arm"] == "zero"].set_index(keys)["d_logp_correct"]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for arm in arms:

@@ -17,10 +17,12 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.claims.clip_family import (
+    BASELINE,
     CONTROL,
     EXPERIMENTS,
     FAMILY,
     METHODS,
+    PROPOSED,
     SWEEP,
     clip_family_claims,
     method_label,
@@ -99,7 +101,7 @@ def accuracy_table(s: pd.DataFrame) -> pd.DataFrame:
     return ordered(pd.DataFrame(rows))
 
 
-REFERENCES = ("bapo", "ppo")  # the methods the rows compare the family with
+REFERENCES = (PROPOSED, BASELINE)  # the methods the rows compare the family with
 
 
 def not_learning_lines(s: pd.DataFrame) -> list[str]:

@@ -60,8 +60,9 @@ def _branches(effects: dict[str, float], seeds=3, rollouts=4, noise=0.01) -> pd.
     for seed, rollout, update in itertools.product(range(seeds), range(rollouts), (1, 2, 3)):
         base = rng.normal(0, 1.0)  # the state's own level, common to every arm
         for arm, effect in effects.items():
+            kind = "mask" if arm.startswith("mask:") else "zero" if arm == "zero" else "method"
             rows.append({"experiment": "e", "trunk": "ppo", "minibatch": 8, "seed": seed,
-                         "rollout": rollout, "update": update, "arm": arm,
+                         "rollout": rollout, "update": update, "arm": arm, "arm_kind": kind,
                          "d_entropy": base + effect + rng.normal(0, noise),
                          "positive_share": 0.4 + effect, "clip_frac_low_pos": 0.03,
                          "clip_frac_high_pos": 0.01, "bapo_reached": False,
