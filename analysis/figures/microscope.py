@@ -53,7 +53,7 @@ def _interval_plot(ax, effects: pd.DataFrame, label: str) -> None:
 
 def draw_entropy_by_arm(branches: pd.DataFrame, out: Path, formats, dpi) -> list[Path]:
     effects = own_effects(branches, "d_entropy")
-    fig, ax = plt.subplots(figsize=(7, 0.35 * len(effects) + 1.6))
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(effects) + 1.8))
     _interval_plot(ax, effects, "entropy change of one update minus the zero-gradient step's "
                    "(nats per probe token)")
     ax.set_title("Each rule's own effect on the entropy, same state and mini-batch\n"
@@ -113,7 +113,8 @@ def draw_horizon_accuracy(horizons: pd.DataFrame, out: Path, formats, dpi) -> li
     ax.plot(range(len(arms)), means.to_numpy(), "o-", color="#d62728", lw=2, label="mean")
     ax.set_xticks(range(len(arms)), arms)
     ax.set_ylabel("sampled accuracy, held-out problems")
-    ax.set_title("Short-horizon branches from the same states (grey: one start state each)")
+    ax.set_title("Short-horizon branches from the same states\n(grey: one start state each; red: mean)")
+    ax.set_xlabel("start: the trunk's state; each arm: trained from it for microscope.horizon rollouts")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save(fig, out, "fig_microscope_horizon_accuracy", formats, dpi)
