@@ -36,15 +36,22 @@ class SuiteFigures:
     skipped: list[tuple[str, str]]
 
 
-def search_lines(table: pd.DataFrame, suites: list[str]) -> list[str]:
-    """The BAPO search-outcome section (analysis/core/search_outcomes.py); none when empty."""
-    if table.empty:
-        return []
+def _shares_shown(table: pd.DataFrame, suites: list[str]) -> pd.DataFrame:
+    """A per-cell table of shares, cells in report order, staleness labelled, every column
+    after `n` printed to three decimals."""
     shown = order_cells(table, suites)
     shown["staleness"] = shown["staleness"].map(style.staleness_label)
     first = list(shown.columns).index("n") + 1
     for col in shown.columns[first:]:
         shown[col] = shown[col].map(lambda v: f"{v:.3f}")
+    return shown
+
+
+def search_lines(table: pd.DataFrame, suites: list[str]) -> list[str]:
+    """The BAPO search-outcome section (analysis/core/search_outcomes.py); none when empty."""
+    if table.empty:
+        return []
+    shown = _shares_shown(table, suites)
     return [
         "## How the BAPO search ended",
         "",
@@ -65,11 +72,7 @@ def bound_limit_lines(table: pd.DataFrame, suites: list[str]) -> list[str]:
     end of the grid, beside the search table's means; none when empty."""
     if table.empty:
         return []
-    shown = order_cells(table, suites)
-    shown["staleness"] = shown["staleness"].map(style.staleness_label)
-    first = list(shown.columns).index("n") + 1
-    for col in shown.columns[first:]:
-        shown[col] = shown[col].map(lambda v: f"{v:.3f}")
+    shown = _shares_shown(table, suites)
     return [
         "## Where BAPO's bounds sat",
         "",
