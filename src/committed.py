@@ -20,11 +20,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from src.eval_schedule import FINAL_WINDOW
 from src.run_dir import config_differences, stored_config
 
 REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = REPO / "experiments"
-FINAL_EVALS = 3  # the reports' final accuracy: the mean of the last 3 evals after step 0
+# the reports' final accuracy: the mean of the last 3 evals after step 0 (one constant)
+FINAL_EVALS = FINAL_WINDOW
 # Keys that do not make another cell: the seed is what varies within one, and the thread
 # count changes only the sampler's own log-probs, a diagnostic (docs/numerics.md).
 SAME_CELL_IGNORES = ("seed", "train.threads")

@@ -13,7 +13,7 @@ Plain functions of the eval section (`eval.every`, `eval.at`, `eval.final_proble
 
 from __future__ import annotations
 
-FINAL_WINDOW = 3  # the evals the final accuracy averages (analysis/core/final.py, src/committed.py)
+FINAL_WINDOW = 3  # the evals the final accuracy averages (analysis/core/final.py; src/committed.py reads it)
 
 
 def eval_steps(eval_cfg, steps: int) -> list[int]:
