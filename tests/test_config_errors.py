@@ -371,8 +371,10 @@ def test_a_precision_the_device_cannot_run_is_a_config_error(monkeypatch):
 
 def test_an_update_smaller_than_a_group_is_refused_and_one_group_warned(tmp_path, monkeypatch,
                                                                          capsys):
-    # smol_4x: 8 prompts x 4 responses = 32 a rollout; at 16 updates each holds 2 responses
-    proc = _main(["experiment=smol_4x", "train.staleness=16"], tmp_path, monkeypatch, capsys)
+    # 8 prompts x 4 responses = 32 a rollout (smol_4x's sizes, on the toy model so that the
+    # test needs no model package); at 16 updates each holds 2 responses
+    sizes = ["experiment=staleness_4x", "train.prompts_per_step=8", "train.group_size=4"]
+    proc = _main([*sizes, "train.staleness=16"], tmp_path, monkeypatch, capsys)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "config error: train.staleness=16: each update would train on 2 response(s) (the "
@@ -384,15 +386,15 @@ def test_an_update_smaller_than_a_group_is_refused_and_one_group_warned(tmp_path
 
     dirs = [f"hydra.run.dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}"]
     # 32 / 8 = 4 responses: one group's worth runs, with a warning before any work
-    check_run(["experiment=smol_4x", "train.staleness=8", *dirs], multirun=False)
+    check_run([*sizes, "train.staleness=8", *dirs], multirun=False)
     assert capsys.readouterr().err.strip() == (
         "warning: train.staleness=8: each update trains on 4 responses, under two prompt "
         "groups' worth (train.group_size=4), so a single group's signs set the direction of "
         "each update; expect noisy updates")
-    check_run(["experiment=smol_4x", *dirs], multirun=False)  # 32 / 4 = 8: two groups
+    check_run([*sizes, *dirs], multirun=False)  # 32 / 4 = 8: two groups
     assert capsys.readouterr().err == ""
     # fixed_update: every update holds a whole rollout of 8x4, whatever the staleness
-    check_run(["experiment=smol_4x", "train.staleness=16", "train.staleness_mode=fixed_update",
+    check_run([*sizes, "train.staleness=16", "train.staleness_mode=fixed_update",
                *dirs], multirun=False)
     assert capsys.readouterr().err == ""
 
