@@ -9,8 +9,8 @@ Read top to bottom: `run` (steps, evals, checkpoints), `train_step` (one step), 
 - the mini-batches (src/minibatches.py): the training set split as the generation split it
   (src/schedule/split.py `minibatch_rows`), each with its behaviour log-probs, the log-probs
   its ratio is taken against, the mismatch correction and a once-per-rollout decision;
-- one update (src/gradient_step.py): gradient, skip on a non-finite number, norm clip,
-  step, record;
+- one update (src/update.py): forward, decide, loss, backward, skip on a non-finite
+  number, norm clip, step, record;
 - token scoring (src/policy.py `Scorer`) and the seeds (src/seeds.py).
 """
 
@@ -30,8 +30,7 @@ from src.config import Config
 from src.corrections import build_correction
 from src.eval_schedule import eval_steps
 from src.generation import Generation
-from src.gradient_step import NO_LOSS_TOKENS, GradientStep
-from src.minibatches import MiniBatch, apply_correction, decide_per_rollout, make_minibatches
+from src.minibatches import MiniBatch, StepBatches, build_minibatches
 from src.policy import Scorer
 from src.records import (
     concat_columns,
@@ -51,6 +50,7 @@ from src.schedule import (
 )
 from src.seeds import step_seed, update_seed
 from src.telemetry import RunWriter
+from src.update import NO_LOSS_TOKENS, Update
 
 
 class NumericFault(RuntimeError):
@@ -73,7 +73,7 @@ class Trainer:
         # rollout sampled from: logits / rollout.temperature (src/policy.py).
         self.scorer = Scorer(model, cfg.rollout.temperature, cfg.train.micro_batch_size,
                              cfg.train.compile, cfg.train.shared_prefix, cfg.train.pack)
-        self.gradient_step = GradientStep(
+        self.update = Update(
             self.method, self.scorer, optimizer, scheduler, self.correction, cfg.train.grad_clip,
             cfg.offpolicy.weight_cap, cfg.logger.entropy_change)
         self.log_tokens = True
@@ -156,30 +156,34 @@ class Trainer:
         batches = self._minibatches(training, state)
         time_behavior += time.perf_counter() - t0
         updates, times = self._updates(batches, training, state)
-        record = self._step_record(step, data.generated, training, batches, updates)
+        record = self._step_record(step, data.generated, training, batches.batches, updates)
         record.update(time_rollout_s=time_rollout, time_behavior_s=time_behavior, **times,
                       time_step_s=time.perf_counter() - t_step)
         self.writer.log_step(record)
         return record
 
-    def _minibatches(self, training: TrainingSet, state: TrainState) -> list[MiniBatch]:
+    def _minibatches(self, training: TrainingSet, state: TrainState) -> StepBatches:
         """The step's mini-batches (src/minibatches.py): the split of its seed, the behaviour
-        and proximal passes, then the correction and a once-per-rollout decision."""
+        and proximal passes, the correction and a once-per-rollout decision; the behaviour
+        passes of rows the current weights generated go back to the rollouts that own them."""
         seed = step_seed(self.cfg.seed, state.step)
         parts = minibatch_rows(self.cfg.train, training.data, seed, rollouts=len(training.rollouts))
-        batches = make_minibatches(training, parts, self.scorer, state.policy_version,
-                                   self.cfg.offpolicy)
-        if self.correction.active:
-            apply_correction(self.correction, batches)
-        if self.method.decision_scope == "rollout":
-            decide_per_rollout(self.method, batches, seed)
-        return batches
+        built = build_minibatches(training, parts, self.scorer, state.policy_version,
+                                  self.cfg.offpolicy, self.correction, self.method, seed)
+        for mb in built.batches:
+            if mb.logp_start is not None:
+                training.store_behaviour(mb.rows, mb.logp_start.cpu(), mb.entropy_start.cpu())
+        return built
 
-    def _updates(self, batches: list[MiniBatch], training: TrainingSet, state: TrainState
+    def _updates(self, built: StepBatches, training: TrainingSet, state: TrainState
                  ) -> tuple[list[dict], dict[str, float]]:
         """`train.epochs` passes of one update per mini-batch, each logged with its token rows;
         returns the update records and the time spent updating and logging."""
-        step = state.step
+        step, batches = state.step, built.batches
+        # Update 0 backpropagates through mini-batch 0's behaviour forward, unless a hook may
+        # move the weights in place before it (the microscope restores them, but the kept
+        # graph would see the change): then the update runs its own, the same numbers.
+        kept_forward = built.kept_forward if self.before_update is None else None
         keep_rows = self._token_sample(training.size, step)
         updates, token_parts, time_update, time_telemetry, applied = [], [], 0.0, 0.0, 0
         self.model.train()
@@ -192,8 +196,9 @@ class Trainer:
                     self.before_update(mb, version=version, on_policy=on_policy, seed=seed,
                                        step=step, update=update)
                 t0 = time.perf_counter()
-                record, out, logp, entropy = self.gradient_step(mb, version, on_policy=on_policy,
-                                                                seed=seed)
+                record, out, logp, entropy = self.update(
+                    mb, version, on_policy=on_policy, seed=seed,
+                    kept_forward=kept_forward if update == 0 else None)
                 dt = time.perf_counter() - t0
                 time_update += dt
                 record.update(step=step, update=update, global_update=state.global_update,
@@ -238,7 +243,7 @@ class Trainer:
                 [mb.entropy_behavior.cpu()[rows][mb.data.response_mask[rows]] for mb, rows in mine],
                 [(mb.data.sampler_logp[rows] - mb.logp_behavior.cpu()[rows])[mb.data.response_mask[rows]].abs()
                  for mb, rows in mine])
-            generated.readings = readings
+            generated.store_readings(readings)
         record = rollout_record(step, generated.rewards, generated.scores >= 1.0,  # the verifier's
                                 generated.data.lengths(), generated.advantages,
                                 degenerate_groups=generated.degenerate_groups,

@@ -81,7 +81,7 @@ def _run(model, data, logp_b, ent_b, method, aggregation, micro, *, on_policy=Fa
                       None, None)
     mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, ADVANTAGES.clone(), torch.zeros(B))
     model.zero_grad(set_to_none=True)
-    done = trainer.gradient_step.gradient(mb, on_policy=on_policy, seed=11)
+    done = trainer.update.gradient(mb, on_policy=on_policy, seed=11)
     assert done.skip_reason is None
     grads = [p.grad.detach().clone() for p in model.parameters()]
     done.metrics = update_metrics(done.out, mb.advantages, data.response_mask, done.logp, done.entropy)
@@ -144,13 +144,13 @@ def test_on_policy_update_reuses_the_behaviour_pass_exactly(setup, method):
         logp_b, ent_b = trainer.scorer(data)
     mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, ADVANTAGES.clone(), torch.zeros(B))
     mask = data.response_mask
-    reused = trainer.gradient_step.whole_batch_decision(mb, mask, mb.advantages, on_policy=True, seed=0)
-    fresh = trainer.gradient_step.whole_batch_decision(mb, mask, mb.advantages, on_policy=False, seed=0)
+    reused = trainer.update.whole_batch_decision(mb, mask, mb.advantages, on_policy=True, seed=0)
+    fresh = trainer.update.whole_batch_decision(mb, mask, mb.advantages, on_policy=False, seed=0)
     assert (reused.tokens is None) == (fresh.tokens is None)
     if reused.tokens is not None:
         assert torch.equal(reused.tokens, fresh.tokens)
     assert reused.data == fresh.data and dict(reused.record) == dict(fresh.record)
-    done = trainer.gradient_step.gradient(mb, on_policy=True)
+    done = trainer.update.gradient(mb, on_policy=True)
     assert (done.out.ratio[mask] == 1.0).all()  # update 0 is on-policy bit for bit
 
 
@@ -172,7 +172,7 @@ def test_non_finite_micro_batch_skips_the_update(setup, monkeypatch):
     trainer = Trainer(_config("bapo", "token-mean", 2), model, None, None, None, None, None,
                       None, None)
     mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, ADVANTAGES.clone(), torch.zeros(B))
-    done = trainer.gradient_step.gradient(mb)
+    done = trainer.update.gradient(mb)
     assert done.out is None and done.skip_reason.startswith("non-finite input: logp")
 
 

@@ -32,7 +32,7 @@ class Recording(Microscope):
     def attach(self, parts, state):
         super().attach(parts, state)
         trainer = parts.trainer
-        own_step = trainer.gradient_step
+        own_step = trainer.update
 
         def recorded(*args, **kwargs):
             out = own_step(*args, **kwargs)
@@ -42,7 +42,7 @@ class Recording(Microscope):
             return out
 
         self.pending = False
-        trainer.gradient_step = recorded
+        trainer.update = recorded
 
     def branch(self, mb, **where):
         trainer = self.parts.trainer

@@ -1,4 +1,4 @@
-"""src/minibatches.py `decide_per_rollout`: one decision over the step's whole rollout, its
+"""src/minibatches.py `decided_per_rollout`: one decision over the step's whole rollout, its
 mini-batches stacked in order and right-padded to the longest, each handed back its rows."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from src.algorithms import build_method
-from src.minibatches import MiniBatch, decide_per_rollout
+from src.minibatches import MiniBatch, decided_per_rollout
 from src.rollout import Rollout
 
 
@@ -29,7 +29,7 @@ def test_top_entropy_at_rollout_scope_keeps_the_top_q_of_the_whole_rollout():
     first = _minibatch([[0.1, 0.9], [0.5, 0.2]], [[True, True], [True, True]])
     second = _minibatch([[0.8, 0.3, 0.7], [0.6, 0.95, 0.99]], [[True, True, True], [True, False, False]])
     method = build_method("top_entropy", {"q": 0.5, "scope": "rollout"})
-    decide_per_rollout(method, [first, second], seed=0)
+    first, second = decided_per_rollout(method, [first, second], seed=0)
     # q = 0.5 of 8 masked-in tokens keeps 4: entropies 0.9, 0.8, 0.7, 0.6 (0.95 and 0.99 are
     # outside the response mask; the padding of the first mini-batch too). The first
     # mini-batch keeps one token, though a top half of its own would keep two (0.9, 0.5).

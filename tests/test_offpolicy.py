@@ -300,7 +300,7 @@ def test_micro_batches_give_the_whole_gradient_with_a_proximal_anchor_and_weight
         mb = MiniBatch(torch.arange(B), data, logp_b, ent, ADVANTAGES.clone(), torch.zeros(B),
                        logp_old=logp_prox, token_weight=weight)
         model.zero_grad(set_to_none=True)
-        done = trainer.gradient_step.gradient(mb, seed=5)
+        done = trainer.update.gradient(mb, seed=5)
         assert done.skip_reason is None
         grads.append([p.grad.detach().clone() for p in model.parameters()])
     for whole, micro in zip(*grads, strict=True):

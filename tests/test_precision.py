@@ -137,7 +137,7 @@ def test_update_zero_is_on_policy_under_autocast_and_the_step_moves_the_policy()
     with torch.no_grad():
         logp_b, ent_b = trainer.scorer(data)
     adv = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
-    done = trainer.gradient_step.gradient(MiniBatch(torch.arange(B), data, logp_b, ent_b, adv, torch.zeros(B)),
+    done = trainer.update.gradient(MiniBatch(torch.arange(B), data, logp_b, ent_b, adv, torch.zeros(B)),
                              on_policy=True)
     assert done.logp.dtype == torch.float32 == logp_b.dtype
     assert bool((done.out.ratio[data.response_mask] == 1).all())  # bit for bit
@@ -346,7 +346,7 @@ def test_trainer_backward_on_cuda_matches_cpu(method, micro):
         assert logp_b.device.type == device
         adv = torch.tensor([1.0, -1.0, -1.2, -0.5, 0.6, -1.5, -0.8, 0.0])
         mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, adv, torch.zeros(B))
-        done = trainer.gradient_step.gradient(mb)
+        done = trainer.update.gradient(mb)
         assert done.skip_reason is None
         assert done.logp.device.type == device and done.out.loss.device.type == device
         grads[device] = [p.grad.detach().cpu() for p in model.parameters()]

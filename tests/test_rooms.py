@@ -59,7 +59,7 @@ def _imported_names(path) -> list[tuple[str, str]]:
 def test_generation_imports_nothing_private_and_nothing_of_the_trainer():
     imported = [(m, n) for m, n in _imported_names(SRC / "generation.py") if m.startswith("src")]
     assert [(m, n) for m, n in imported if n.startswith("_") or "._" in m] == []
-    assert [m for m, _ in imported if m.startswith(("src.trainer", "src.gradient_step",
+    assert [m for m, _ in imported if m.startswith(("src.trainer", "src.update",
                                                      "src.minibatches"))] == []
 
 

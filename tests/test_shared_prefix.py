@@ -206,7 +206,7 @@ def test_an_update_through_the_trainer_gives_the_plain_gradient(method, micro):
         assert trainer.scorer.shared_prefix == bool(layout)
         mb = MiniBatch(torch.arange(data.size), data, logp_b, ent_b, advantages, torch.zeros(data.size))
         model.zero_grad(set_to_none=True)
-        done = trainer.gradient_step.gradient(mb, seed=5)
+        done = trainer.update.gradient(mb, seed=5)
         assert done.skip_reason is None
         results.append((done, [p.grad.clone() for p in model.parameters()]))
     (plain, plain_grads), (laid_out, grads) = results

@@ -23,10 +23,11 @@ def test_update_zero_uses_the_behaviour_pass_and_gets_its_gradient():
     grads = []
     for kept in ((logp, entropy), None):
         mb = MiniBatch(torch.arange(B), data, logp.detach(), entropy, ADVANTAGES.clone(),
-                       torch.zeros(B), policy_pass=kept)
+                       torch.zeros(B))
         model.zero_grad(set_to_none=True)
-        done = trainer.gradient_step.gradient(mb, on_policy=True)
-        assert done.skip_reason is None and mb.policy_pass is None  # used once, then dropped
+        done = trainer.update.gradient(mb, on_policy=True, kept_forward=kept)
+        assert done.skip_reason is None
+        assert (done.logp is logp) == (kept is not None)  # the kept forward's own tensors
         assert (done.out.ratio[data.response_mask] == 1.0).all()
         grads.append([q.grad.clone() for q in model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
@@ -48,11 +49,44 @@ def test_minibatches_run_one_forward_each_and_keep_only_the_first_graph(monkeypa
 
     monkeypatch.setattr(policy_module, "response_logprobs", counted)
     fresh = StoredRollout(0, 0, 0, data, torch.zeros(B), torch.zeros(B), ADVANTAGES.clone(), 0, 2)
-    batches = trainer._minibatches(TrainingSet([fresh]), TrainState())
+    built = trainer._minibatches(TrainingSet([fresh]), TrainState())
+    batches, kept = built.batches, built.kept_forward
     assert calls == [True, False]  # mini-batch 0 with grad (kept), mini-batch 1 without
-    assert batches[0].policy_pass is not None and batches[1].policy_pass is None
-    assert batches[0].policy_pass[0].requires_grad and not batches[0].logp_behavior.requires_grad
-    assert torch.equal(batches[0].policy_pass[0].detach(), batches[0].logp_behavior)
+    assert kept[0].requires_grad and not batches[0].logp_behavior.requires_grad
+    assert torch.equal(kept[0].detach(), batches[0].logp_behavior)
     for mb in batches:
-        trainer.gradient_step.gradient(mb, on_policy=mb is batches[0])
+        first = mb is batches[0]
+        trainer.update.gradient(mb, on_policy=first, kept_forward=kept if first else None)
     assert calls == [True, False, True]  # update 0 ran no forward of its own
+
+
+def test_a_minibatch_is_frozen_and_the_step_writes_no_batch():
+    """Nothing writes to a mini-batch once built: assigning a field raises, and a whole step
+    leaves every field of every mini-batch the tensor it was built with."""
+    import dataclasses
+
+    model, data = tiny_model(), tiny_rollout()
+    cfg = _config("ppo", "token-mean", None)
+    cfg.train.staleness = 2
+    trainer = Trainer(cfg, model, None, None, None, None, None, None, None)
+    fresh = StoredRollout(0, 0, 0, data, torch.zeros(B), torch.zeros(B), ADVANTAGES.clone(), 0, 2)
+    built = trainer._minibatches(TrainingSet([fresh]), TrainState())
+    mb = built.batches[0]
+    try:
+        mb.decision = None
+        raise AssertionError("a MiniBatch field was assigned")
+    except dataclasses.FrozenInstanceError:
+        pass
+    before = [{f.name: getattr(b, f.name) for f in dataclasses.fields(b)} for b in built.batches]
+    copies = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in d.items()}
+              for d in before]
+    trainer.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer.update.optimizer = trainer.optimizer
+    trainer.update.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda _: 1.0)
+    for j, b in enumerate(built.batches):
+        trainer.update(b, j, on_policy=j == 0, kept_forward=built.kept_forward if j == 0 else None)
+    for b, d, c in zip(built.batches, before, copies, strict=True):
+        for name, value in d.items():
+            assert getattr(b, name) is value, name  # the same object ...
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(value, c[name]), name  # ... with the same numbers

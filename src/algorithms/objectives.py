@@ -5,7 +5,7 @@ For a batch that is a whole mini-batch (tests, benchmarks, one-off use):
 the method from `params` (its parameter dataclass's fields, plus `aggregation`,
 `norm_length`), decides on the batch, takes the loss and computes the update metrics
 (`out.metrics`). Trainers that split a mini-batch into micro-batches use the method's own
-`decide` / `loss` and `metrics.update_metrics` instead (see `src.gradient_step`).
+`decide` / `loss` and `metrics.update_metrics` instead (see `src.update`).
 
 `loss_denominator=` gives the aggregation's normaliser of a larger batch this one is part
 of; a method's own keywords for a decision made elsewhere (top_entropy's `selection_mask`,

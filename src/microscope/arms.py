@@ -46,15 +46,15 @@ class Arm:
     grad_clip: float | None = None  # None: the run's train.grad_clip
 
     def batch(self, mb, classes: dict[str, Tensor]):
-        """The mini-batch this arm updates on: the trunk's, never written to (a copy), without
-        the trunk's kept forward graph, with the trunk's per-rollout decision only where it is
-        this arm's own, and with the loss on its token class only."""
+        """The mini-batch this arm updates on: a copy of the trunk's, with the trunk's
+        per-rollout decision only where it is this arm's own, and with the loss on its token
+        class only."""
         keep = mb.loss_keep
         if self.token_class is not None:
             cls = classes[self.token_class]
             keep = cls if keep is None else keep & cls
         advantages = torch.zeros_like(mb.advantages) if self.kind == "zero" else mb.advantages
-        return dataclasses.replace(mb, policy_pass=None, loss_keep=keep, advantages=advantages,
+        return dataclasses.replace(mb, loss_keep=keep, advantages=advantages,
                                    decision=mb.decision if self.is_trunk_method else None)
 
 

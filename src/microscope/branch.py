@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from src.algorithms.surrogate import carries_gradient
-from src.gradient_step import GradientStep
+from src.update import Update
 from src.microscope.arms import CLASSES, Arm, token_classes
 from src.microscope.horizon import Horizons
 from src.microscope.probes import Probes, Reading, build_probes, change_se, kl, read
@@ -68,9 +68,6 @@ class Microscope:
         if not self.chosen(step, update):
             return
         trainer = self.parts.trainer
-        # The kept behaviour forward (update 0) holds the weights in its graph; a branch's
-        # in-place step would invalidate it, so the trunk runs that forward again.
-        mb.policy_pass = None
         snapshot = Snapshot(trainer.model, trainer.optimizer, trainer.scheduler)
         temperature = self.parts.cfg.rollout.temperature
         t0 = time.perf_counter()
@@ -95,8 +92,8 @@ class Microscope:
     def _update(self, arm: Arm, mb, classes, version, on_policy, seed):
         trainer, cfg = self.parts.trainer, self.parts.cfg
         grad_clip = cfg.train.grad_clip if arm.grad_clip is None else arm.grad_clip
-        step = GradientStep(arm.method, trainer.scorer, trainer.optimizer, trainer.scheduler,
-                            trainer.correction, grad_clip, cfg.offpolicy.weight_cap)
+        step = Update(arm.method, trainer.scorer, trainer.optimizer, trainer.scheduler,
+                      trainer.correction, grad_clip, cfg.offpolicy.weight_cap)
         record, out, _, _ = step(arm.batch(mb, classes), version, on_policy=on_policy, seed=seed)
         return record, out
 

@@ -20,7 +20,7 @@ import copy
 import dataclasses
 from pathlib import Path
 
-from src.gradient_step import GradientStep
+from src.update import Update
 from src.microscope.arms import Arm
 from src.microscope.probes import read
 from src.microscope.state import Snapshot
@@ -65,7 +65,7 @@ class Horizons:
             return
         trainer = self.parts.trainer
         snapshot = Snapshot(trainer.model, trainer.optimizer, trainer.scheduler)
-        kept = (trainer.method, trainer.gradient_step, trainer.writer, trainer.source,
+        kept = (trainer.method, trainer.update, trainer.writer, trainer.source,
                 trainer.log_tokens, trainer.before_update)
         rows = [self._row("start", state.step, 0)]
         try:
@@ -74,7 +74,7 @@ class Horizons:
                 rows.append(self._row(arm.spec, state.step, self.settings.horizon))
                 snapshot.restore()
         finally:
-            (trainer.method, trainer.gradient_step, trainer.writer, trainer.source,
+            (trainer.method, trainer.update, trainer.writer, trainer.source,
              trainer.log_tokens, trainer.before_update) = kept
             snapshot.restore()
         self.table.add(rows)
@@ -86,9 +86,8 @@ class Horizons:
         trainer.method, trainer.writer, trainer.log_tokens = arm.method, _Silent(), False
         trainer.before_update = None
         grad_clip = cfg.train.grad_clip if arm.grad_clip is None else arm.grad_clip
-        trainer.gradient_step = GradientStep(arm.method, trainer.scorer, trainer.optimizer,
-                                             trainer.scheduler, trainer.correction, grad_clip,
-                                             cfg.offpolicy.weight_cap)
+        trainer.update = Update(arm.method, trainer.scorer, trainer.optimizer, trainer.scheduler,
+                                trainer.correction, grad_clip, cfg.offpolicy.weight_cap)
         own = dataclasses.replace(state)
         for _ in range(self.settings.horizon):
             if own.step >= cfg.train.steps:

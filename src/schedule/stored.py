@@ -59,6 +59,13 @@ class StoredRollout:
         self.logp_behavior[rows, :t] = logp.detach().cpu()[:, :t]
         self.entropy_behavior[rows, :t] = entropy.detach().cpu()[:, :t]
 
+    def store_readings(self, readings: dict) -> None:
+        """Keep the step-level readings of the generating policy on its own samples, once
+        (the trainer's, when this rollout's behaviour pass ran in its mini-batches)."""
+        if self.readings:
+            raise ValueError("this rollout's readings are stored already")
+        self.readings = readings
+
 
 def _pad_left(x: Tensor, width: int, value=0) -> Tensor:
     return torch.nn.functional.pad(x, (width - x.shape[1], 0), value=value)

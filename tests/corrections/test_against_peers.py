@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from src.corrections import build_correction, offpolicy_metrics, rs_options
-from src.minibatches import MiniBatch, apply_correction
+from src.minibatches import MiniBatch, corrected
 from src.policy import response_logprobs
 from src.trainer import Trainer
 from tests.conftest import compose
@@ -184,9 +184,9 @@ def test_update_gradient_equals_verls_corrected_loss(update_setup, preset, micro
     cfg.train.micro_batch_size = micro
     trainer = Trainer(cfg, model, None, None, None, None, None, None, None)
     mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, ADVANTAGES.clone(), torch.zeros(B))
-    apply_correction(trainer.correction, [mb])
+    (mb,) = corrected(trainer.correction, [mb])
     model.zero_grad(set_to_none=True)
-    done = trainer.gradient_step.gradient(mb, seed=0)
+    done = trainer.update.gradient(mb, seed=0)
     ours = [p.grad.detach().clone() for p in model.parameters()]
 
     mask = data.response_mask.float()
@@ -225,8 +225,8 @@ def test_bypass_takes_the_ratio_against_the_sampler(update_setup):
                    "train.group_size=4", "rollout.max_new_tokens=12"])
     trainer = Trainer(cfg, model, None, None, None, None, None, None, None)
     mb = MiniBatch(torch.arange(B), data, logp_b, ent_b, ADVANTAGES.clone(), torch.zeros(B))
-    apply_correction(trainer.correction, [mb])
-    done = trainer.gradient_step.gradient(mb, seed=0)
+    (mb,) = corrected(trainer.correction, [mb])
+    done = trainer.update.gradient(mb, seed=0)
     with torch.no_grad():
         logp, _ = response_logprobs(model, data)
     expected = (logp - data.sampler_logp).exp()

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from src.gradient_step import NO_LOSS_TOKENS
+from src.update import NO_LOSS_TOKENS
 from src.minibatches import MiniBatch
 from src.trainer import Trainer
 from tests.conftest import REPO, compose, token_rows
@@ -72,7 +72,7 @@ def test_an_update_with_every_token_rejected_is_skipped_without_a_step():
     mb = MiniBatch(torch.arange(B), data, logp, logp, torch.ones(B), torch.zeros(B),
                    loss_keep=torch.zeros(data.response_ids.shape, dtype=torch.bool))
     before = [p.detach().clone() for p in model.parameters()]
-    record, out, _, _ = trainer.gradient_step(mb, 0)
+    record, out, _, _ = trainer.update(mb, 0)
     assert record["skipped"] and record["skip_reason"] == NO_LOSS_TOKENS and out is None
     assert "rollout_corr_k3_kl" in record  # the mismatch is still measured
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
