@@ -40,10 +40,11 @@ from torch import Tensor
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from src.algorithms import Decision, update_metrics
+from src.algorithms import Decision
 from src.algorithms._checks import NonFiniteError
 from src.integrations._common import ResolvedMethod, resolve_method
 from src.records import combine_records, concat_columns, rollout_record, token_columns, update_means
+from src.update import non_finite_input, policy_metrics, policy_step
 
 # Inputs TRL forwards to `_get_per_token_logps_and_entropies` (multimodal models); the
 # ones the installed TRL accepts are picked by signature.
@@ -222,24 +223,21 @@ class ProjectGRPOTrainer(GRPOTrainer):
 
     def _objective(self, logps: Tensor, old: Tensor, adv: Tensor, mask: Tensor,
                    entropy: Tensor) -> tuple[Any, dict]:
-        """(PolicyLossOutput | None, metrics record). None: skip this micro-batch."""
+        """(PolicyLossOutput | None, metrics record): the trainer's own `policy_step`
+        (src/update.py), with the decision taken over every rank's micro-batch under
+        global_stats. None: skip this micro-batch."""
         method = self.objective
         use_global = (self.global_stats and self.accelerator.num_processes > 1 and method.decides)
         seed = (int(self.args.seed) * 1_000_003 + int(self._step)) % (2**31 - 1)
-        try:
+        try:  # collective: every rank takes part, whatever its own mask holds
             decision = self._global_decision(logps, old, adv, mask, entropy, seed) if use_global else None
-            if not bool(mask.any()):
-                return None, {"skipped": True, "skip_reason": "no loss-bearing response tokens"}
-            if decision is None:
-                decision = (method.decide(method.decision_inputs(logps, old, adv, mask, entropy, seed))
-                            if method.decides else Decision())
-            out = method.loss(logps, old, adv, mask, decision)
         except NonFiniteError as e:
-            return None, {"skipped": True, "skip_reason": f"non-finite input: {e}"}
-        if not bool(torch.isfinite(out.loss)):
-            return None, {"skipped": True, "skip_reason": "non-finite loss"}
-        return out, {**update_metrics(out, adv, mask, logps, entropy),
-                     "loss": float(out.loss.detach()), "skipped": False, "skip_reason": None}
+            return None, {"skipped": True, "skip_reason": non_finite_input(e)}
+        step = policy_step(method, logps, old, adv, mask, entropy, seed=seed, decision=decision)
+        if step.skip_reason is not None:
+            return None, {"skipped": True, "skip_reason": step.skip_reason}
+        return step.out, {**policy_metrics(step.out, adv, mask, logps, entropy),
+                          "skipped": False, "skip_reason": None}
 
     def _global_decision(self, logps, old, adv, mask, entropy, seed: int) -> Decision | None:
         """The method's decision on the detached micro-batches of all ranks; this rank's part.

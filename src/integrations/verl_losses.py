@@ -54,9 +54,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from src.algorithms import AGGREGATIONS, Decision, update_metrics
-from src.algorithms._checks import NonFiniteError
+from src.algorithms import AGGREGATIONS, update_metrics
 from src.integrations._common import ResolvedMethod, available_methods, json_value, resolve_method
+from src.update import policy_step
 
 PREFIX = "repro_"
 _ENTROPY: contextvars.ContextVar[Tensor | None] = contextvars.ContextVar(
@@ -163,32 +163,22 @@ def make_policy_loss(name: str, *, returns: str | None = None) -> Callable:
                 "src.integrations.verl_losses in the workers (actor_rollout_ref.model.external_lib="
                 "src.integrations.verl_losses), which installs the entropy pass-through.")
         mask = response_mask.bool()
-        try:
-            if not bool(mask.any()):
-                raise _Skip("no response tokens in the micro-batch")
-            decision = Decision()
-            if objective.decides:
-                seed = zlib.crc32(old_log_prob.detach().float().cpu().numpy().tobytes())
-                decision = objective.decide(objective.decision_inputs(
-                    log_prob, old_log_prob, advantages, mask, entropy, seed))
-            out = objective.loss(log_prob, old_log_prob, advantages, mask, decision)
-            if not bool(torch.isfinite(out.loss)):
-                raise _Skip("non-finite loss")
-        except (NonFiniteError, _Skip):
+        # the trainer's own policy_step (src/update.py): decide, loss, the same skip reasons;
+        # the seed of a random decision is the micro-batch's own, so every rank agrees on it
+        seed = (zlib.crc32(old_log_prob.detach().float().cpu().numpy().tobytes())
+                if objective.decides and bool(mask.any()) else 0)
+        step = policy_step(objective, log_prob, old_log_prob, advantages, mask, entropy, seed=seed)
+        if step.skip_reason is not None:
             # Zero loss that keeps the graph (FSDP needs every rank to backward).
             return _result(log_prob.sum() * 0.0, {"actor/repro/skipped": 1.0}, returns)
-        loss = _verl_scale(out.loss, mask, loss_agg_mode, config)
-        metrics = _verl_metrics(update_metrics(out, advantages, mask, log_prob, entropy))
+        loss = _verl_scale(step.out.loss, mask, loss_agg_mode, config)
+        metrics = _verl_metrics(update_metrics(step.out, advantages, mask, log_prob, entropy))
         return _result(loss, metrics, returns)
 
     loss_fn.__name__ = f"repro_policy_loss_{name}"
     loss_fn.__qualname__ = loss_fn.__name__
     loss_fn.__doc__ = f"verl policy loss: the project's {name!r} method (src.algorithms.methods)."
     return loss_fn
-
-
-class _Skip(Exception):
-    pass
 
 
 def _refuse_call(name: str, rollout_is_weights: Tensor | None, loss_agg_mode: str) -> None:

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 from src.algorithms.surrogate import carries_gradient
-from src.update import Update
 from src.microscope.arms import CLASSES, Arm, token_classes
 from src.microscope.horizon import Horizons
 from src.microscope.probes import Probes, Reading, build_probes, change_se, kl, read
 from src.microscope.state import Snapshot
 from src.microscope.table import BranchTable
+from src.update import Update
 
 PROBES_FILE = "probes.pt"
 TABLE_FILE = "branches.parquet"

@@ -20,11 +20,11 @@ import copy
 import dataclasses
 from pathlib import Path
 
-from src.update import Update
 from src.microscope.arms import Arm
 from src.microscope.probes import read
 from src.microscope.state import Snapshot
 from src.microscope.table import BranchTable
+from src.update import Update
 
 
 class _Silent:

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from src.update import NO_LOSS_TOKENS
 from src.minibatches import MiniBatch
 from src.trainer import Trainer
+from src.update import NO_LOSS_TOKENS
 from tests.conftest import REPO, compose, token_rows
 from tests.test_e2e import read_metrics
 from tests.test_reliability import _cli, _strip_times, kill_after_checkpoint
