@@ -26,7 +26,8 @@ ENTRY_POINTS = ("src/run.py", "src/integrations/trl_launch.py", "experiments/run
                 "benchmarks/bench_numerics.py", "benchmarks/bench_objectives.py",
                 "benchmarks/bench_offpolicy.py", "benchmarks/bench_telemetry.py",
                 "benchmarks/bench_token_view.py", "benchmarks/bench_vs_trl.py",
-                "benchmarks/bench_wait_policy.py", "experiments/calibration/pretrained_regime.py",
+                "benchmarks/bench_update_reuse.py", "benchmarks/bench_wait_policy.py",
+                "experiments/calibration/pretrained_regime.py",
                 "experiments/calibration/pretrained_compile.py")
 
 
