@@ -15,21 +15,18 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import torch  # noqa: E402
+import torch
+from _setup import REPO  # this checkout first on sys.path
 
 LAYOUTS = {"plain": {}, "shared_prefix": {"shared_prefix": True}, "pack=0.1": {"pack": 0.1},
            "both": {"shared_prefix": True, "pack": 0.1}}
 
 
 def mini_batch(tok, rows: int, seed: int = 0):
-    from benchmarks.padding_share import step_lengths
+    from padding_share import step_lengths
+
     from src.build import build_task, prompt_formatter
     from src.rollout import Rollout
     from tests.conftest import compose

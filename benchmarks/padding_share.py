@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 from collections import defaultdict
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from _setup import REPO  # this checkout first on sys.path
 
-from src.packing import length_buckets  # noqa: E402
+from src.packing import length_buckets
 
 
 def step_lengths() -> list[list[int]]:
