@@ -1,6 +1,7 @@
 """The shape of src/ that issue 57 set: the trainer is the loop, no function is long, no
-import goes round in a cycle, the generation asks nothing private of the trainer, and the
-config never reaches into the warm start's training loop."""
+import goes round in a cycle, the generation asks nothing private of the trainer, the
+config never reaches into the warm start's training loop, and the TRL plug's trainer holds
+only TRL's glue (issue 73)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ def test_the_trainer_is_the_loop():
     assert len(path.read_text().splitlines()) < 300
     (trainer,) = [n for n in _tree(path).body if isinstance(n, ast.ClassDef) and n.name == "Trainer"]
     assert trainer.end_lineno - trainer.lineno + 1 <= 250
+
+
+def test_the_trl_plug_keeps_only_trls_glue():
+    """ProjectGRPOTrainer is __init__, the loss and thin overrides of TRL's hooks; the run
+    dir's bookkeeping is src/integrations/trl_run_dir.py's."""
+    tree = _tree(SRC / "integrations" / "trl_grpo.py")
+    (plug,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ProjectGRPOTrainer"]
+    assert plug.end_lineno - plug.lineno + 1 < 250
 
 
 def test_no_import_cycle():

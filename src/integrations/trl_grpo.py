@@ -21,12 +21,21 @@ metrics.jsonl with update/step/eval records, tokens/step_XXXXXX.parquet), so
 `analysis/make_figures.py --runs <dir>` reads TRL runs; the records come from
 `src.records`, as the project trainer's do. Launch: see docs/integrations.md, or
 `python -m src.integrations.trl_launch --config conf/integrations/trl_grpo.yaml`.
+
+The class, top to bottom:
+- `__init__`: check TRL's knobs, resolve the method, build the run dir's `TrlRunDir`
+  (src/integrations/trl_run_dir.py: every record, token row, eval and the run dir's
+  opening and closing) as `self.run_dir`;
+- the loss: `_compute_loss` (TRL's forward) -> `_objective` (the trainer's `policy_step`,
+  with `_global_decision` over all ranks under global_stats) -> `_scale` (TRL's
+  normalisation), and `_log_trl_metrics` (the method's metrics in TRL's logs);
+- TRL's hooks (`training_step`, `_calculate_rewards`, `_generate_and_score_completions`,
+  `_get_grad_norm`, `train`), each a call to `self.run_dir` around TRL's own.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import time
 import warnings
@@ -34,16 +43,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
-from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from src.algorithms import Decision
 from src.algorithms._checks import NonFiniteError
 from src.integrations._common import ResolvedMethod, resolve_method
-from src.records import combine_records, concat_columns, rollout_record, token_columns, update_means
+from src.integrations.trl_run_dir import TrlRunDir
 from src.update import non_finite_input, policy_metrics, policy_step
 
 # Inputs TRL forwards to `_get_per_token_logps_and_entropies` (multimodal models); the
@@ -116,10 +123,6 @@ def check_trl_args(a: GRPOConfig) -> None:
     trl_staleness(a)
 
 
-VERSIONED = ("torch", "transformers", "trl", "accelerate", "datasets", "vllm", "deepspeed",
-             "bapo-repro")
-
-
 class ProjectGRPOTrainer(GRPOTrainer):
     """GRPOTrainer with the project's methods (every conf/method label).
 
@@ -161,10 +164,9 @@ class ProjectGRPOTrainer(GRPOTrainer):
         self.staleness, self.epochs = trl_staleness(self.args)
         self.updates_per_rollout = self.staleness * self.epochs
         self.global_stats = bool(global_stats)
-        if not 0.0 < token_fraction <= 1.0:
-            raise ValueError(f"token_fraction must be in (0, 1], got {token_fraction}")
-        if eval_fn is not None and (eval_every is None or eval_every < 1):
-            raise ValueError("eval_every must be >= 1 when eval_fn is given")
+        self.run_dir = TrlRunDir(self, run_dir, experiment=experiment, token_fraction=token_fraction,
+                                 accuracy_threshold=accuracy_threshold, eval_fn=eval_fn,
+                                 eval_every=eval_every, extra_config=extra_config)
         sig = inspect.signature(self._get_per_token_logps_and_entropies).parameters
         self._forward_keys = tuple(k for k in _FORWARD_KEYS if k in sig)
         if self.objective.decides and self.args.gradient_accumulation_steps > 1:
@@ -173,22 +175,8 @@ class ProjectGRPOTrainer(GRPOTrainer):
                 "decision per micro-batch (1/gradient_accumulation_steps of the mini-batch). For "
                 "one decision per update use gradient_accumulation_steps=1 and scale "
                 "per_device_train_batch_size or the number of processes instead.", stacklevel=2)
-        self._run_dir = Path(run_dir) if run_dir is not None else None
-        self._experiment = experiment
-        self._token_fraction = float(token_fraction)
-        self._accuracy_threshold = float(accuracy_threshold)
-        self._eval_fn, self._eval_every = eval_fn, eval_every
-        self._extra_config = dict(extra_config or {})
-        self._writer = None
-        self._last_eval_step: int | None = None
-        self._reset_rollout(step=-1)
-        self._micro: list[dict] = []
-        self._update_time = 0.0
-        self._gen_time = 0.0
-        self._train_step_t0: float | None = None  # start of the running training_step
-        self._last_grad_norm: float | None = None
-        if self._run_dir is not None:
-            self.add_callback(_RunDirCallback(self))
+        if run_dir is not None:
+            self.add_callback(self.run_dir.callback())
 
     # -- the loss -----------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
@@ -214,11 +202,8 @@ class ProjectGRPOTrainer(GRPOTrainer):
             gas = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / gas
         self._log_trl_metrics(mode, record)
-        if mode == "train" and self._run_dir is not None:
-            record["tokens_total"] = int(mask.sum())
-            self._micro.append(record)
-            if out is not None:  # every rank keeps its own; rank 0 gathers them per rollout
-                self._token_rows(inputs, mask.bool(), logps, old, adv, entropies, out)
+        if mode == "train":
+            self.run_dir.micro_batch(record, inputs, mask, logps, old, adv, entropies, out)
         return loss
 
     def _objective(self, logps: Tensor, old: Tensor, adv: Tensor, mask: Tensor,
@@ -290,272 +275,33 @@ class ProjectGRPOTrainer(GRPOTrainer):
             if math.isfinite(value):
                 self._metrics[mode][name].append(value)
 
-    # -- rollout bookkeeping (for the run dir) ------------------------------------------
+    # -- TRL's hooks, handed to the run dir (src/integrations/trl_run_dir.py) --------------
+    def training_step(self, model, inputs, num_items_in_batch):
+        with self.run_dir.update_timer():
+            return super().training_step(model, inputs, num_items_in_batch)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._rewards_per_func = rewards_per_func  # all ranks' rows, in process order
+        self.run_dir.rewards_per_func = rewards_per_func  # all ranks' rows, in process order
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
         t0 = time.perf_counter()
         out = super()._generate_and_score_completions(inputs)
-        if not self.model.training or self._run_dir is None:
-            return out
-        rpf = self._rewards_per_func
-        rewards = (rpf * self.reward_weights.to(rpf.device)[None]).nansum(dim=1)
-        rewards[torch.isnan(rpf).all(dim=1)] = math.nan
-        b = out["completion_ids"].shape[0]
-        rank = self.accelerator.process_index
-        ids = torch.arange(rank * b, (rank + 1) * b, device=rewards.device)
-        out["repro_response_id"] = ids
-        out["repro_group_id"] = ids // self.num_generations
-        out["repro_reward"] = rewards[ids]
-        step = self.state.global_step // self.updates_per_rollout
-        self._reset_rollout(step)
-        # time_step_s covers the rollout too, as in the project's trainer, and starts with the
-        # training_step that generates: update 0's time counts from there (minus generation),
-        # so a later start would let rollout + updates exceed the step.
-        self._rollout_t0 = t0 if self._train_step_t0 is None else self._train_step_t0
-        lengths = self.accelerator.gather(out["completion_mask"].sum(dim=1))
-        advantages = self.accelerator.gather(out["advantages"].reshape(b, -1)[:, 0].contiguous())
-        gap = self._sampler_gap(out)
-        gen = torch.Generator().manual_seed(int(self.args.seed) * 1_000_003 + step)
-        self._keep = torch.rand(rewards.numel(), generator=gen) < self._token_fraction
-        self._rollout_stats = self._rollout_record(step, rewards.float().cpu(), lengths.float().cpu(),
-                                                   advantages.float().cpu(), gap)
-        self._gen_time = time.perf_counter() - t0
-        self._rollout_stats["time_rollout_s"] = self._gen_time
+        if self.model.training and self.run_dir.path is not None:
+            self.run_dir.start_rollout(out, t0)
         return out
-
-    def _sampler_gap(self, out: dict) -> float | None:
-        sampler, behaviour = out.get("sampling_per_token_logps"), out.get("old_per_token_logps")
-        if sampler is None or behaviour is None:
-            return None
-        m = out["completion_mask"].bool() & torch.isfinite(sampler)
-        part = torch.stack([(sampler - behaviour).abs()[m].sum(), m.sum().to(sampler.dtype)])
-        total = self.accelerator.reduce(part, reduction="sum")
-        return float(total[0] / total[1]) if float(total[1]) > 0 else None
-
-    def _rollout_record(self, step: int, rewards: Tensor, lengths: Tensor, adv: Tensor,
-                        gap: float | None) -> dict:
-        grouped = rewards.view(-1, self.num_generations)
-        degenerate = int((grouped == grouped[:, :1]).all(dim=1).sum())
-        finite = torch.isfinite(rewards)
-        return {**rollout_record(step, rewards[finite], rewards[finite] >= self._accuracy_threshold,
-                                 lengths, adv, degenerate_groups=degenerate,
-                                 num_groups=grouped.shape[0], entropy_mean=None,
-                                 sampler_logp_gap=gap),
-                "time_behavior_s": None}
-
-    def _reset_rollout(self, step: int) -> None:
-        self._rollout_step = step
-        self._rollout_stats: dict = {}
-        self._rollout_updates: list[dict] = []
-        self._token_parts: list[dict[str, np.ndarray]] = []
-        self._keep: Tensor | None = None
-        self._rollout_t0 = time.perf_counter()
-        self._time_telemetry = 0.0
-
-    def _token_rows(self, inputs, mask, logps, old, adv, entropy, out) -> None:
-        t0 = time.perf_counter()
-        ids = inputs["repro_response_id"].cpu()
-        keep = self._keep[ids] if self._keep is not None else torch.ones_like(ids, dtype=torch.bool)
-        sel = mask.cpu() & keep[:, None]
-        if not bool(sel.any()):
-            return
-        update = (self._step % (self.args.steps_per_generation * self.num_iterations)
-                  ) // self.args.gradient_accumulation_steps
-        self._token_parts.append(token_columns(
-            step=self._rollout_step, update=update, select=sel, response_ids=ids,
-            group_ids=inputs["repro_group_id"], token_ids=inputs["completion_ids"],
-            logp_behavior=old, logp_sampler=inputs.get("sampling_per_token_logps"), logp=logps,
-            ratio=out.ratio, advantages=adv, entropy=entropy, clip_state=out.clip_state,
-            in_loss=out.in_loss, c_low=out.c_low, c_high=out.c_high,
-            rewards=inputs["repro_reward"], lengths=inputs["completion_mask"].sum(dim=1)))
-        self._time_telemetry += time.perf_counter() - t0
-
-    def _gathered_token_parts(self) -> dict[str, np.ndarray] | None:
-        """This rollout's token rows of all ranks (on the main process; None elsewhere), in
-        (update, response_id, position) order, as the project's trainer writes them."""
-        local = concat_columns(self._token_parts) if self._token_parts else None
-        self._token_parts = []
-        if self.accelerator.num_processes > 1:
-            from accelerate.utils import gather_object
-
-            everyone = [p for p in gather_object([local]) if p is not None]
-        else:
-            everyone = [local] if local is not None else []
-        if not self.accelerator.is_main_process or not everyone:
-            return None
-        columns = concat_columns(everyone)
-        order = np.lexsort((columns["position"], columns["response_id"], columns["update"]))
-        return {k: v[order] for k, v in columns.items()}
-
-    # -- update / step boundaries ------------------------------------------------------
-    def training_step(self, model, inputs, num_items_in_batch):
-        t0, self._gen_time = time.perf_counter(), 0.0
-        self._train_step_t0 = t0
-        try:
-            loss = super().training_step(model, inputs, num_items_in_batch)
-        finally:
-            self._train_step_t0 = None
-        self._update_time += time.perf_counter() - t0 - self._gen_time
-        return loss
 
     def _get_grad_norm(self, model, grad_norm=None):
         norm = super()._get_grad_norm(model, grad_norm=grad_norm)
-        try:
-            self._last_grad_norm = float(norm)
-        except (TypeError, ValueError):
-            self._last_grad_norm = None
+        self.run_dir.note_grad_norm(norm)
         return norm
-
-    def _end_update(self) -> None:
-        """After each optimizer step (every rank): one `kind: update` record."""
-        from accelerate.utils import gather_object
-
-        records = gather_object(self._micro) if self.accelerator.num_processes > 1 else self._micro
-        self._micro = []
-        done = self.state.global_step  # already counts this update
-        index = (done - 1) % self.updates_per_rollout
-        record = combine_records(records, self.objective.traits)
-        gn = self._last_grad_norm
-        record.update(step=self._rollout_step, update=index, global_update=done - 1,
-                      policy_lag=index, grad_norm=gn if gn is not None and math.isfinite(gn) else None,
-                      time_update_s=self._update_time)
-        self._last_grad_norm, self._update_time = None, 0.0
-        self._rollout_updates.append(record)
-        if self._writer is not None:
-            self._writer.log_update(record)
-        if done % self.updates_per_rollout == 0:
-            self._end_rollout()
-
-    def _end_rollout(self) -> None:
-        """After a rollout's last update (every rank): tokens, `kind: step`, maybe eval."""
-        step, updates = self._rollout_step, self._rollout_updates
-        if step < 0 or not updates:
-            return
-        t0 = time.perf_counter()
-        parts = self._gathered_token_parts()  # collective: every rank calls it
-        if self._writer is not None:
-            if parts:
-                self._writer.write_tokens(step, parts)
-            self._time_telemetry += time.perf_counter() - t0
-            record = dict(self._rollout_stats)
-            # Update 0 runs the behaviour weights, so its entropies are the behaviour policy's
-            # (on the first mini-batch: a 1/k random sample of the rollout's responses).
-            record["entropy_mean"] = updates[0].get("entropy_mean")
-            record.update(update_means(updates))
-            record.update(time_update_s=sum(u["time_update_s"] for u in updates),
-                          time_telemetry_s=self._time_telemetry,
-                          time_step_s=time.perf_counter() - self._rollout_t0)
-            self._writer.log_step(record)
-            self._writer.set_status("running")
-        self._rollout_updates = []
-        if self._eval_fn is not None and (step + 1) % self._eval_every == 0:
-            self._evaluate(step + 1)
-
-    def _evaluate(self, step: int) -> None:
-        if self._last_eval_step == step:
-            return
-        was_training = self.model.training
-        record = self._eval_fn(step)
-        self.model.train(was_training)
-        self._last_eval_step = step
-        if self._writer is not None:
-            self._writer.log_eval({**record, "step": step})
-
-    # -- run dir lifecycle -------------------------------------------------------------
-    def run_config(self) -> dict:
-        """config.yaml: the keys analysis reads (docs/run_dir.md) plus the TRL knobs."""
-        a = self.args
-        rollout_batch = int(a.generation_batch_size)
-        max_steps = int(a.max_steps) if a.max_steps and a.max_steps > 0 else None
-        knobs = {k: getattr(a, k, None) for k in (
-            "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-            "num_iterations", "generation_batch_size", "num_generations", "max_completion_length",
-            "loss_type", "scale_rewards", "use_vllm", "max_steps", "learning_rate", "max_grad_norm")}
-        return {
-            "method": self.method.config,
-            "experiment": {"name": self._experiment, "description": "TRL GRPOTrainer plug"},
-            "train": {"staleness": self.staleness, "epochs": self.epochs,
-                      "steps": -(-max_steps // self.updates_per_rollout) if max_steps else None,
-                      "prompts_per_step": rollout_batch // self.num_generations,
-                      "group_size": self.num_generations, "lr": float(a.learning_rate),
-                      "grad_clip": float(a.max_grad_norm),
-                      "advantage_std_norm": getattr(a, "scale_rewards", "group") == "group"},
-            "rollout": {"backend": "vllm" if getattr(a, "use_vllm", False) else "hf",
-                        "max_new_tokens": a.max_completion_length,
-                        "temperature": a.temperature, "top_p": a.top_p},
-            "logger": {"token_fraction": self._token_fraction},
-            "seed": int(a.seed),
-            "engine": {"name": "trl", "num_processes": self.accelerator.num_processes,
-                       "distributed_type": getattr(self.accelerator.distributed_type, "value",
-                                                   str(self.accelerator.distributed_type)),
-                       "global_stats": self.global_stats,
-                       "knobs": json.loads(json.dumps(knobs, default=str))},
-            **self._extra_config,
-        }
-
-    def _open_run_dir(self) -> None:
-        from src.run_vocab import run_meta
-        from src.telemetry import RunWriter
-
-        done_steps = self.state.global_step // self.updates_per_rollout
-        if not self.accelerator.is_main_process:
-            return
-        meta = run_meta(versioned=VERSIONED, device=self.accelerator.device,
-                        method=self.method.name, experiment=self._experiment,
-                        staleness=self.staleness, seed=int(self.args.seed),
-                        resumed_at_step=done_steps or None, engine="trl",
-                        num_processes=self.accelerator.num_processes)
-        self._meta = meta
-        # A fresh start (-1) drops what a crashed earlier run left; a resume keeps the steps
-        # its checkpoint covers (TRL regenerates a rollout cut by the checkpoint).
-        resumed = self.state.global_step > 0
-        self._writer = RunWriter(self._run_dir, self.run_config(), meta,
-                                 resume_at_step=done_steps if resumed else -1)
-        self._writer.last_step = done_steps - 1 if done_steps else None
-        self._writer.set_status("running")
-
-    def _close_run_dir(self, error: BaseException | None) -> None:
-        from src.run_vocab import now_iso
-
-        if self._writer is None:
-            return
-        if error is None:
-            self._meta.update(end_time=now_iso())
-            self._writer.write_meta(self._meta)
-            self._writer.set_status("finished")
-        else:
-            self._writer.set_status("failed", error=f"{type(error).__name__}: {error}")
-        self._writer.close()
-        self._writer = None
 
     def train(self, *args, **kwargs):
         try:
             result = super().train(*args, **kwargs)
         except BaseException as e:
-            self._close_run_dir(e)
+            self.run_dir.close(e)
             raise
-        if self._run_dir is not None:
-            if self._rollout_updates:  # max_steps not a multiple of k*e: the partial last step
-                self._end_rollout()
-            if self._eval_fn is not None:
-                self._evaluate(self.state.global_step // self.updates_per_rollout)
-        self._close_run_dir(None)
+        self.run_dir.finish()
         return result
-
-
-class _RunDirCallback(TrainerCallback):
-    def __init__(self, trainer: ProjectGRPOTrainer):
-        self.trainer = trainer
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        t = self.trainer
-        t._open_run_dir()
-        if t._eval_fn is not None and state.global_step == 0:
-            t._evaluate(0)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.trainer._end_update()
