@@ -13,6 +13,7 @@ import importlib
 import pkgutil
 
 from src.config_fields import setting
+from src.registry import provide
 from src.schedule.sources._base import (
     SOURCES,
     Generation,
@@ -52,6 +53,11 @@ def offpolicy_fields() -> list[tuple[str, type, dataclasses.Field]]:
 
 def _yaml(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# What the config's checks read (src/registry.py): the sources and their parameters' check.
+provide("sources", SOURCES)
+provide("sources.check", checked_params)
 
 
 __all__ = ["SOURCES", "Generation", "Source", "SourceParams", "StepData", "build_source",
