@@ -18,6 +18,7 @@ import sys
 
 import yaml
 from _setup import REPO  # this checkout first on sys.path
+
 from src.pinning import pin_process
 
 if __name__ == "__main__":

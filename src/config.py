@@ -1,8 +1,8 @@
 """Typed config schema and validation, run before any work starts.
 
 Each field is one `setting(default, help, check)` (src/config_fields.py): the one place
-of its default (Hydra's `project_defaults`, so `conf/` holds only what differs), its help
-(`python -m src.run --help`) and its own check. Hydra composes `conf/`; `validate()` merges
+of its default (Hydra's `project_defaults`, given by src/compose.py, so `conf/` holds only
+what differs), its help (`python -m src.run --help`) and its own check. Hydra composes `conf/`; `validate()` merges
 the result onto these dataclasses (so types are checked by OmegaConf), runs every field's
 check, then the checks that read several fields. Every failure is a `ConfigError` whose
 message starts with the dotted key, e.g. `train.staleness must be >= 1, got 0`.

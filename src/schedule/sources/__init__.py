@@ -2,7 +2,9 @@
 
 Adding a source is one module here (its `Params` and `Source` subclass, decorated with
 `@register`; src/schedule/sources/_base.py says what a source owns), one
-`conf/experiment/<name>.yaml` and one test; nothing else names it. Modules whose names
+`conf/experiment/<name>.yaml` and one test; its parameters are spelled out as flat keys in
+src/config.py `OffPolicyConfig` too (tests/test_source_registry.py holds them equal to
+`offpolicy_fields()`), and nothing else names it. Modules whose names
 start with `_` hold shared parts, not sources.
 """
 
@@ -37,8 +39,8 @@ def build_source(offpolicy) -> Source:
 
 
 def offpolicy_fields() -> list[tuple[str, type, dataclasses.Field]]:
-    """Every source's parameters as flat fields of the `offpolicy` section, for
-    `dataclasses.make_dataclass`: null unless the source is chosen, the help naming it."""
+    """Every source's parameters as flat fields of the `offpolicy` section: null unless the
+    source is chosen, the help naming it (src/config.py `OffPolicyConfig` declares them)."""
     import typing
 
     out = []
