@@ -51,8 +51,12 @@ def register_defaults() -> None:
 
 
 def settings_help() -> str:
-    """`key = default  help` per setting, for `python -m src.run --help`."""
-    return "\n".join(help_lines(Config))
+    """`key = default  help` per setting, for `python -m src.run --help`; under
+    offpolicy.source, one line per registered source (the config names none)."""
+    lines = help_lines(Config)
+    at = lines.index(next(line for line in lines if line.startswith("offpolicy.source =")))
+    sources = [f"    {name}: {cls.help}" for name, cls in registry.read("sources").items()]
+    return "\n".join([*lines[:at + 1], *sources, *lines[at + 1:]])
 
 
 register_defaults()

@@ -273,8 +273,8 @@ class OffPolicyConfig:
     source's own keys (offpolicy.delay, ...) are its `Params` (src/schedule/sources/), held
     here as flat fields, null unless that source is chosen (its check fills the default)."""
 
-    source: str = setting("fresh", "where a step's training data comes from: a source of "
-                          "src/schedule/sources/ (fresh: the rollout generated this step)",
+    source: str = setting("fresh", "where a step's training data comes from: one of the "
+                          "sources of src/schedule/sources/ (--help lists them below)",
                           _one_of_registered("sources"))
     anchor: str = setting("coupled", "coupled: r = pi/pi_behaviour | recompute: r = "
                           "pi/pi_step_start | decoupled (AReaL): clip pi/pi_step_start, times the "
