@@ -43,9 +43,9 @@ _HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-
                      "--experimental-rerun")
 _VERSIONED = ("torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy",
               "pandas", "pyarrow", "wandb", "vllm", "trl")
-# The single job preflight composed and validated, (its composed values, its Config), for
-# the job Hydra then starts: validated once per run, not again in `hydra_main`.
-_CHECKED: dict[str, tuple[dict, Config]] = {}
+# The jobs preflight composed and validated, (composed values, Config) each, for the jobs
+# Hydra then starts in this process: each validated once, not again in `hydra_main`.
+_CHECKED: list[tuple[dict, Config]] = []
 
 
 def preflight(args: list[str]) -> None:
@@ -57,8 +57,7 @@ def preflight(args: list[str]) -> None:
         checked = check_run([a for a in args if a not in MULTIRUN_FLAGS], multirun)
     except ConfigError as e:
         config_exit(str(e))
-    if not multirun and len(checked) == 1:
-        _CHECKED["job"] = (_values(checked[0][0]), checked[0][1])
+    _CHECKED[:] = [(_values(raw), cfg) for raw, cfg in checked]
 
 
 def _values(raw: DictConfig) -> dict | None:
@@ -72,11 +71,14 @@ def _values(raw: DictConfig) -> dict | None:
 
 
 def checked_config(raw: DictConfig) -> Config:
-    """The job's Config: the one preflight validated when Hydra composed the same values (a
-    single run), else validated here (a multirun's jobs, a launcher's worker, a sweep)."""
-    values, cfg = _CHECKED.pop("job", (None, None))
-    if cfg is not None and values is not None and values == _values(raw):
-        return cfg
+    """The job's Config: the one preflight validated from the same composed values (each job
+    of a run or a multirun Hydra starts in this process), else validated here (a launcher's
+    worker process, a sweep script's job)."""
+    values = _values(raw)
+    for i, (checked, cfg) in enumerate(_CHECKED):
+        if values is not None and checked == values:
+            del _CHECKED[i]
+            return cfg
     return validate(raw)
 
 

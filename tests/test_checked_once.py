@@ -40,8 +40,8 @@ def test_model_dtype_is_checked_against_one_list():
         parse_dtype("float64")
 
 
-def test_a_single_run_is_validated_once_by_its_preflight(tmp_path, monkeypatch):
-    """`python -m src.run`: preflight composes and validates the job before Hydra makes its
+def test_a_run_is_validated_once_by_its_preflight(tmp_path, monkeypatch):
+    """`python -m src.run`: preflight composes and validates each job before Hydra makes its
     dir; the job Hydra then starts takes that Config when its values are the same."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -63,4 +63,8 @@ def test_a_single_run_is_validated_once_by_its_preflight(tmp_path, monkeypatch):
     run.preflight(args)
     assert run.checked_config(other).seed == 1  # other values than preflight's: validated anew
     assert calls == ["preflight", "preflight", "job"]
-    assert not (tmp_path / "run").exists()
+    run.preflight(["-m", "seed=0,1", *args[:1], f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                   *args[2:]])  # a multirun: each job once
+    assert run.checked_config(other).seed == 1 and run.checked_config(raw).seed == 0
+    assert calls == ["preflight", "preflight", "job", "preflight", "preflight"]
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
