@@ -28,16 +28,13 @@ def main() -> None:
     a = p.parse_args()
 
     import torch
-    from hydra import compose, initialize_config_dir
     from transformers import GenerationConfig
 
-    from src.build import build_model, build_task
-    from src.config import validate
+    from src.build import build_model, build_task, compose_config
     from src.models.decoding import decode
 
     torch.set_num_threads(a.threads)
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = validate(compose(config_name="config", overrides=[f"cache_dir={REPO / '.cache'}"]))
+    cfg = compose_config([f"cache_dir={REPO / '.cache'}"])
     task = build_task(cfg.task)
     model, tok, info = build_model(cfg.model, task, torch.device("cpu"), progress=False,
                                    cache_dir=cfg.cache_dir, numerics=cfg.numerics)

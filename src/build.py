@@ -177,14 +177,17 @@ def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=
 
 
 def compose_config(overrides: list[str]) -> Config:
-    """conf/config.yaml composed with `overrides` (as `python -m src.run` composes it), validated."""
+    """conf/config.yaml composed with `overrides` (as `python -m src.run` composes it),
+    validated, and what its values need installed here checked (src/preflight.py)."""
     from hydra import compose, initialize_config_dir
 
     from src.config import validate
-    from src.preflight import CONF_DIR
+    from src.preflight import CONF_DIR, check_installed  # importing it loads the registries
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return validate(compose(config_name="config", overrides=list(overrides)))
+        cfg = validate(compose(config_name="config", overrides=list(overrides)))
+    check_installed(cfg)
+    return cfg
 
 
 EVALUATE = ("trainer", "caller", "none")

@@ -1,11 +1,16 @@
 """Typed config schema and validation, run before any work starts.
 
 Each field is one `setting(default, help, check)` (src/config_fields.py): the one place
-of its default (Hydra's `project_defaults`, so `conf/` holds only what differs), its help
-(`python -m src.run --help`) and its own check. Hydra composes `conf/`; `validate()` merges
+of its default (Hydra's `project_defaults`, given by src/compose.py, so `conf/` holds only
+what differs), its help (`python -m src.run --help`) and its own check. Hydra composes `conf/`; `validate()` merges
 the result onto these dataclasses (so types are checked by OmegaConf), runs every field's
 check, then the checks that read several fields. Every failure is a `ConfigError` whose
 message starts with the dotted key, e.g. `train.staleness must be >= 1, got 0`.
+
+It imports no subsystem: what its checks need from the registries (methods, sources, tasks,
+corrections, the tiny model) it reads through src/registry.py, which those fill on import
+(src/compose.py loads them all); what needs this machine (packages, compilers, the device)
+src/preflight.py checks (`check_installed`).
 """
 
 from __future__ import annotations
@@ -20,9 +25,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+# Besides omegaconf, only plain-Python leaves that import no subsystem (the list and why:
+# tests/test_config_imports.py).
+from src import registry
 from src._numerics import MODES as NUMERICS_MODES
 from src._numerics import active_mode as active_numerics
-from src.algorithms import AGGREGATIONS, METHODS, Method, build_method
+from src.choices import ANCHORS, PRECISIONS, WEIGHT_RULES
 from src.config_fields import (
     ConfigError,
     above,
@@ -38,11 +46,8 @@ from src.config_fields import (
 )
 from src.eval_schedule import check_at
 from src.model_dtypes import MODEL_DTYPES
-from src.rollout.sampler_precision import PRECISIONS
 from src.run_vocab import SHARED_METHOD_KEYS
-from src.schedule.anchors import ANCHORS, WEIGHT_RULES
-from src.schedule.sources import SOURCES, checked_params, offpolicy_fields
-from src.schedule.split import SPLITS, STALENESS_MODES, minibatch_size
+from src.updates import SPLITS, STALENESS_MODES, minibatch_size
 
 OPTIMIZERS = ("adamw", "sgd")
 COMPILE_BACKENDS = ("none", "inductor", "aot_eager")  # train.compile
@@ -53,25 +58,26 @@ class MethodConfig:
     """What every method shares; its own parameters are `method.<objective>` in the yaml.
 
     `params` holds the objective's parameter dataclass (src/algorithms/methods/<objective>.py,
-    where their defaults and help live), validated by it.
+    where their defaults and help live), validated by it. The objectives are the registry's
+    `methods` (src/registry.py).
     """
 
     name: str = "ppo"  # label used in run dirs and figures
-    objective: str = "ppo"  # registry key in src.algorithms.METHODS
+    objective: str = "ppo"  # registry key of the methods (src/algorithms/methods/)
     aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
     params: Any = None  # the objective's parameters (method.<objective> in the yaml)
 
     def __post_init__(self) -> None:
-        if self.params is None and self.objective in METHODS:
-            self.params = METHODS[self.objective].Params()
+        methods = registry.read("methods")
+        if self.params is None and self.objective in methods:
+            self.params = methods[self.objective].Params()
 
-    def build(self, norm_length: int | None = None) -> Method:
-        """The method, bound to these parameters and the shared loss settings.
-
-        `norm_length`: the Dr. GRPO constant of seq-mean-token-sum-norm (max response length).
-        """
-        return build_method(self.objective, self.params, aggregation=self.aggregation,
-                            norm_length=norm_length)
+    def build(self, norm_length: int | None = None) -> Any:
+        """The method (a `src.algorithms.Method`), bound to these parameters and the shared
+        loss settings. `norm_length`: the Dr. GRPO constant of seq-mean-token-sum-norm (max
+        response length)."""
+        return registry.read("method.build")(self.objective, self.params,
+                                             aggregation=self.aggregation, norm_length=norm_length)
 
     def kwargs(self, norm_length: int | None = None) -> dict[str, Any]:
         """Keyword arguments for `src.algorithms.policy_loss(self.objective, ...)`."""
@@ -83,7 +89,7 @@ class MethodConfig:
         then the method's traits (for analysis; derived, so never read back)."""
         out = {k: getattr(self, k) for k in SHARED_METHOD_KEYS}
         out[self.objective] = dataclasses.asdict(self.params)
-        out["traits"] = METHODS[self.objective].traits.to_config()
+        out["traits"] = registry.read("methods")[self.objective].traits.to_config()
         return out
 
 
@@ -91,6 +97,11 @@ def _said(names: Iterable[str]) -> str:
     """'a, b or c'."""
     *rest, last = names
     return f"{', '.join(rest)} or {last}" if rest else last
+
+
+def _one_of_registered(name: str):
+    """The check of a field whose values are a registry's names, read when it runs."""
+    return lambda value: one_of(registry.read(name))(value)
 
 
 @dataclass
@@ -256,14 +267,15 @@ class TrainConfig:
 
 
 @dataclass
-class _OffPolicyShared:
+class OffPolicyConfig:
     """Where each step's training data comes from, and which policy the ratio is taken
     against (src/schedule/). The default, fresh + coupled, is the paper's staleness. Each
-    source's own keys (offpolicy.delay, ...) are its `Params` (src/schedule/sources/), added
-    below as flat fields."""
+    source's own keys (offpolicy.delay, ...) are its `Params` (src/schedule/sources/), held
+    here as flat fields, null unless that source is chosen (its check fills the default)."""
 
-    source: str = setting("fresh", " | ".join(f"{name}: {cls.help}" for name, cls in SOURCES.items()),
-                          one_of(SOURCES))
+    source: str = setting("fresh", "where a step's training data comes from: one of the "
+                          "sources of src/schedule/sources/ (--help lists them below)",
+                          _one_of_registered("sources"))
     anchor: str = setting("coupled", "coupled: r = pi/pi_behaviour | recompute: r = "
                           "pi/pi_step_start | decoupled (AReaL): clip pi/pi_step_start, times the "
                           "behaviour weight pi_step_start/pi_behaviour cut at weight_cap", one_of(ANCHORS))
@@ -277,12 +289,22 @@ class _OffPolicyShared:
                                "weight_cap: mask (weight 0, still counted in the token mean; "
                                "AReaL's default) | clamp (weight = weight_cap; verl's truncated IS, "
                                "AReaL's action=clamp)", one_of(WEIGHT_RULES))
-
-
-OffPolicyConfig = dataclasses.make_dataclass("OffPolicyConfig", offpolicy_fields(),
-                                             bases=(_OffPolicyShared,))
-OffPolicyConfig.__module__ = __name__
-OffPolicyConfig.__doc__ = _OffPolicyShared.__doc__
+    # Each source's parameters, in the sources' order, as src/schedule/sources/__init__.py
+    # offpolicy_fields derives them (tests/test_source_registry.py holds the two equal).
+    delay: int | None = setting(None, "delay only: K steps between generating a rollout and "
+                                "training on it (lag in updates: K*k .. K*k+k-1)")
+    delay_start: str | None = setting(
+        None, "delay only: where the queue's first K steps get their data: initial (null; "
+        "rollouts of the initial weights, made before step 0, as M2PO's queue) | fresh (step "
+        "t < K trains on a rollout its own weights just made, on-policy; the lag jumps to K "
+        "steps at step K)")
+    replay_capacity: int | None = setting(None, "replay only: rollouts kept (null: 4)")
+    replay_draws: int | None = setting(None, "replay only: rollouts drawn per step (null: 1)")
+    token_budget: int | None = setting(None, "partial only: new tokens a response may get per "
+                                       "step (unfinished ones continue next step)")
+    mask_stale_prefix: bool | None = setting(None, "partial only: true keeps tokens older than "
+                                             "the response's last segment out of the loss "
+                                             "(null: false)")
 
 
 @dataclass
@@ -377,18 +399,19 @@ def _split_method(raw: dict) -> tuple[dict, Any]:
     the objective; that section is checked against the objective's parameter dataclass, so
     every error names its full key (`method.bapo.rho0 must be in (0, 1), got 1.5`).
     """
+    methods = registry.read("methods")
     method = dict(raw.get("method") or {})
     objective = method.get("objective", MethodConfig.objective)
-    _require(objective in METHODS, "method.objective",
-             f"must be one of {sorted(METHODS)}, got {objective!r}")
-    params_cls = METHODS[objective].Params
+    _require(objective in methods, "method.objective",
+             f"must be one of {sorted(methods)}, got {objective!r}")
+    params_cls = methods[objective].Params
     section = None
     method.pop("traits", None)  # written with the config for analysis, derived from the objective
     for key in [k for k in method if k not in SHARED_METHOD_KEYS]:
         value = method.pop(key)
         if key == objective:
             section = value
-        elif key in METHODS:
+        elif key in methods:
             raise ConfigError(f"method.{key}: parameters of objective {key}, but method.objective "
                               f"is {objective}; set method.objective={key} or drop method.{key}")
         elif key in {f.name for f in dataclasses.fields(params_cls)}:
@@ -413,8 +436,9 @@ def _split_method(raw: dict) -> tuple[dict, Any]:
 
 
 def _check_method(m: MethodConfig) -> None:
-    _require(m.aggregation in AGGREGATIONS, "method.aggregation",
-             f"must be one of {list(AGGREGATIONS)}, got {m.aggregation!r}")
+    aggregations = registry.read("method.aggregations")
+    _require(m.aggregation in aggregations, "method.aggregation",
+             f"must be one of {list(aggregations)}, got {m.aggregation!r}")
 
 
 def validate_method(method: dict) -> MethodConfig:
@@ -457,69 +481,39 @@ def _check_train(t: TrainConfig) -> None:
 
 
 def _check_rest(c: Config) -> None:
-    """The model's path and shape, and the registries' names (task, reward)."""
+    """The model's path and shape, and the registries' names (task, reward). A `package:`
+    path's package, a GGUF reader and peft are this machine's: src/preflight.py checks them."""
     if c.model.kind == "hf":
         path = c.model.path
         _require(bool(path), "model.path", "must name an HF model (hub name or local path) for model.kind=hf")
-        _check_packaged(c.model)
         looks_local = path.startswith((".", "/", "~")) or Path(path).expanduser().exists()
         _require(not looks_local or Path(path).expanduser().exists(), "model.path",
                  f"points to {path!r}, which does not exist")
     _check_trainable(c.model)
     if c.model.kind == "tiny":
-        from src.warm_start import settings_problem
-
+        settings_problem = registry.read("tiny_model.settings_problem")
         problem = settings_problem(c.model.architecture, c.model.sft)  # an unknown key, a bad value
         if problem is not None:
             raise ConfigError(problem)
-    from src.tasks import TASKS  # late: the task registry imports task modules
-    _require(c.task.name in TASKS, "task.name", f"must be one of {sorted(TASKS)}, got {c.task.name!r}")
+    tasks = registry.read("tasks")
+    _require(c.task.name in tasks, "task.name", f"must be one of {sorted(tasks)}, got {c.task.name!r}")
     _check_task_params(c)
-    from src.tasks.rewards import REWARD_SOURCES
-    _require(c.task.reward in REWARD_SOURCES, "task.reward",
-             f"must be one of {list(REWARD_SOURCES)}, got {c.task.reward!r}")
+    rewards = registry.read("tasks.rewards")
+    _require(c.task.reward in rewards, "task.reward",
+             f"must be one of {list(rewards)}, got {c.task.reward!r}")
     if c.model.kind == "tiny":
         _check_tiny_sizes(c)
 
 
-def _check_packaged(m: ModelConfig) -> None:
-    """A `package:` path's package and a GGUF file's reader are installed, and the file is
-    there; each missing piece names `model.install`, the line that installs it."""
-    from src.models.packaged import PACKAGE_PREFIX, has_module, is_packaged, package_dir
-
-    how = f"; install it with: {m.install}" if m.install else ""
-    where = m.path
-    if is_packaged(m.path):
-        module = m.path[len(PACKAGE_PREFIX):]
-        found = package_dir(module)
-        if found is None:
-            raise ConfigError(f"model.path={m.path}: the Python package {module!r} is not "
-                              f"installed{how}")
-        where = str(found)
-    if m.gguf_file is None:
-        return
-    if not has_module("gguf"):
-        raise ConfigError(f"model.gguf_file={m.gguf_file} needs the gguf package, which is not "
-                          f"installed{how or '; install it with: pip install gguf'}")
-    if Path(where).expanduser().is_dir() and not (Path(where).expanduser() / m.gguf_file).is_file():
-        raise ConfigError(f"model.gguf_file={m.gguf_file}: no such file in {where}")
-
-
 def _check_trainable(m: ModelConfig) -> None:
-    """What the cost levers need: peft for LoRA, and layers to freeze that the model has
-    (the tiny family's count is known here; an HF model's is checked when it loads)."""
+    """What the cost levers need: modules for LoRA to adapt (peft itself: src/preflight.py),
+    and layers to freeze that the model has (the tiny family's count is known here; an HF
+    model's is checked when it loads)."""
     if m.lora_r:
-        from src.models.packaged import has_module
-
-        if not has_module("peft"):
-            raise ConfigError(f"model.lora_r={m.lora_r} needs the peft package, which is not "
-                              "installed; install it with: pip install peft")
         _require(bool(m.lora_targets), "model.lora_targets", "must name at least one module for "
                  f"model.lora_r={m.lora_r}")
     if m.kind == "tiny" and m.freeze_layers:
-        from src.warm_start import tiny_layers
-
-        layers = tiny_layers(m.architecture)
+        layers = registry.read("tiny_model.layers")(m.architecture)
         _require(m.freeze_layers <= layers, "model.freeze_layers",
                  f"must be <= the model's {layers} layers, got {m.freeze_layers}")
 
@@ -527,9 +521,7 @@ def _check_trainable(m: ModelConfig) -> None:
 def _check_tiny_sizes(c: Config) -> None:
     """What the tiny model's shape allows: heads that divide the width, and room in its
     position table for a prompt plus the longest response (else generation runs past it)."""
-    from src.warm_start import tiny_shape
-
-    hidden, heads, positions = tiny_shape(c.model.architecture)
+    hidden, heads, positions = registry.read("tiny_model.shape")(c.model.architecture)
     _require(heads >= 1 and hidden % heads == 0, "model.architecture.num_heads",
              f"must divide model.architecture.hidden_size={hidden}, got {heads}")
     if c.rollout.backend != "hf":  # vLLM checks its own max_model_len when it starts
@@ -541,9 +533,7 @@ def _check_tiny_sizes(c: Config) -> None:
 
 def _check_task_params(c: Config) -> None:
     """Task parameters, checked without reading any data (tasks/*.check_params)."""
-    from src.tasks import TASKS  # late: the task registry imports task modules
-
-    task = TASKS.get(c.task.name)
+    task = registry.read("tasks").get(c.task.name)
     check = getattr(task, "check_params", None)
     if check is None:
         return
@@ -576,10 +566,9 @@ def validate(cfg: DictConfig | dict) -> Config:
     _check_method(config.method)
     check_fields(config, "")
     _check_train(config.train)
-    checked_params(config.offpolicy, config)  # the source's own keys and checks
+    registry.read("sources.check")(config.offpolicy, config)  # the source's own keys and checks
     _check_rest(config)
     _check_rollout(config)
-    _check_compile(config)
     _check_shared_prefix(config)
     if problem := check_at(config.eval.at, config.train.steps):
         raise ConfigError(f"eval.at {problem}")
@@ -599,36 +588,9 @@ def _check_shared_prefix(c: Config) -> None:
                           f"is not traced), got train.compile={c.train.compile}; set one of them off")
 
 
-def _check_compile(c: Config) -> None:
-    """train.compile=inductor builds kernels at the first scoring pass: on a CPU with the C++
-    compiler inductor looks for, on a GPU with triton. Without one, torch fails minutes into
-    the run."""
-    if c.train.compile != "inductor":
-        return
-    from src.device import pick_device
-    from src.models.packaged import has_module
-
-    if pick_device(c.device).type == "cuda":
-        _require(has_module("triton"), "train.compile", "=inductor on a GPU needs the triton "
-                 "package, which is not installed; install it or use train.compile=none")
-        return
-    from torch._inductor import config as inductor_config
-    from torch._inductor.cpp_builder import get_cpp_compiler
-    from torch._inductor.exc import InvalidCxxCompiler
-
-    try:  # inductor's own search: $CXX, else g++ (torch._inductor.config.cpp.cxx)
-        get_cpp_compiler()
-    except InvalidCxxCompiler:
-        searched = [x for x in inductor_config.cpp.cxx if x]
-        raise ConfigError(f"train.compile =inductor on the CPU needs a C++ compiler; none of "
-                          f"{searched} runs: install one (Debian: apt install g++), name it in "
-                          "$CXX, or use train.compile=none") from None
-
-
 def _check_rollout(c: Config) -> None:
-    """The sampler's precision on this backend and device, and the correction's keys."""
-    from src.corrections import build_correction
-
+    """The sampler's precision on this backend (on this device: src/preflight.py), and the
+    correction's keys."""
     precision = c.rollout.precision
     if c.rollout.backend == "vllm":
         _require(precision != "int8", "rollout.precision",
@@ -638,17 +600,8 @@ def _check_rollout(c: Config) -> None:
         _require(precision == "fp32" or dtype == "auto", "rollout.params.dtype",
                  f"={dtype} and rollout.precision={precision} both set the engine's dtype; "
                  "keep one (rollout.params.dtype=auto)")
-    elif precision != "fp32":
-        from src.device import pick_device
-        from src.rollout.sampler_precision import runs_on
-
-        try:
-            problem = runs_on(pick_device(c.device), precision)
-        except RuntimeError as e:
-            problem = str(e)
-        _require(problem is None, "rollout.precision", f"={precision}: {problem}")
     try:
-        correction = build_correction(c.correction)
+        correction = registry.read("corrections.build")(c.correction)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     _require(not correction.bypass_mode or c.offpolicy.anchor == "coupled", "correction.bypass_mode",
@@ -657,9 +610,7 @@ def _check_rollout(c: Config) -> None:
     if c.rollout.behaviour == "sampler":
         _check_sampler_behaviour(c, correction.active)
     if correction.active:
-        from src.schedule.sources import SOURCES
-
-        _require(SOURCES[c.offpolicy.source].sampler_logprobs, "correction",
+        _require(registry.read("sources")[c.offpolicy.source].sampler_logprobs, "correction",
                  f"needs the sampler's log-probs, which offpolicy.source={c.offpolicy.source} "
                  "does not keep; use correction=none")
 
@@ -678,9 +629,7 @@ def _check_sampler_behaviour(c: Config, correcting: bool) -> None:
              "use rollout.top_p=1.0 or rollout.behaviour=scored")
     _require(not correcting, key, f"{why}, so a mismatch correction would correct nothing; "
              "use correction=none or rollout.behaviour=scored")
-    from src.schedule.sources import SOURCES
-
-    _require(SOURCES[c.offpolicy.source].whole_rollouts, key, f"{why}; offpolicy.source="
+    _require(registry.read("sources")[c.offpolicy.source].whole_rollouts, key, f"{why}; offpolicy.source="
              f"{c.offpolicy.source} builds responses across policy versions, whose tokens are "
              "scored per version: use rollout.behaviour=scored")
 
@@ -692,50 +641,11 @@ def to_container(config: Config) -> dict:
     return out
 
 
-DEFAULTS_NODE = "project_defaults"
-METHOD_DEFAULTS_GROUP = "method_defaults"
-
-
 def method_defaults(objective: str) -> dict[str, Any]:
     """The `method:` section of `objective` at its dataclass defaults (shared keys, then
-    method.<objective>), without the derived traits: Hydra's `method_defaults/<objective>`,
-    which conf/method/<objective>.yaml pulls in first, so the yaml holds only what differs."""
+    method.<objective>), without the derived traits: Hydra's `method_defaults/<objective>`
+    (src/compose.py), which conf/method/<objective>.yaml pulls in first, so the yaml holds
+    only what differs."""
     out = MethodConfig(name=objective, objective=objective).to_container()
     del out["traits"]
     return out
-
-
-def register_defaults() -> None:
-    """The dataclasses' defaults as Hydra's `project_defaults`, the first entry of
-    conf/config.yaml's defaults list: every yaml then holds only what differs from them;
-    and `${settings_help:}`, the settings' help in `--help`.
-
-    Stored as plain data, without the schema: types and values are checked by `validate`,
-    so a bad value is a `ConfigError` naming its key, never a Hydra traceback. `method`
-    is left out of `project_defaults`: a ppo section under method=bapo would be an error.
-    Each objective's defaults are their own node instead, `method_defaults/<objective>`,
-    the first entry of conf/method/<objective>.yaml's defaults list.
-    """
-    from hydra.core.config_store import ConfigStore
-
-    from src.run_dir import OVERRIDE_TAG_EXCLUDES
-
-    store = ConfigStore.instance()
-    defaults = to_container(Config())
-    del defaults["method"]
-    # The run-dir tag leaves out the keys that change no number (src/run_vocab.py).
-    tag = {"override_dirname": {"exclude_keys": list(OVERRIDE_TAG_EXCLUDES)}}
-    store.store(name=DEFAULTS_NODE, node={**defaults, "hydra": {"job": {"config": tag}}})
-    for objective in METHODS:
-        store.store(group=METHOD_DEFAULTS_GROUP, name=objective, node=method_defaults(objective))
-    OmegaConf.register_new_resolver("settings_help", settings_help, replace=True)  # --help
-
-
-def settings_help() -> str:
-    """`key = default  help` per setting, for `python -m src.run --help`."""
-    from src.config_fields import help_lines
-
-    return "\n".join(help_lines(Config))
-
-
-register_defaults()

@@ -1,7 +1,8 @@
 """The torch device a config's `device` names (cpu | cuda | cuda:N | auto).
 
-Its own module because both the config's checks (src/config.py: does the sampler's precision
-run there) and the run's wiring (src/build.py) ask it, and neither should import the other.
+Its own module because both the machine checks (src/preflight.py: does the sampler's
+precision run there, which compiler does inductor need) and the run's wiring (src/build.py)
+ask it.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ def available_methods() -> list[str]:
 
 
 # A defaults entry naming an objective's dataclass defaults, as conf/method/<objective>.yaml
-# lists it first: `/method_defaults/<objective>@_here_` (src/config.py register_defaults).
+# lists it first: `/method_defaults/<objective>@_here_` (src/compose.py register_defaults).
 _DEFAULTS_ENTRY = re.compile(r"/method_defaults/(?P<objective>\w+)@_here_")
 
 

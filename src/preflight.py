@@ -18,13 +18,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+import src.compose  # noqa: F401 - every registry loaded, the defaults given to Hydra
 from src.committed import committed_dir_message
 from src.config import Config, ConfigError, validate
 from src.eval_schedule import eval_steps
 from src.lifecycle import check_existing_run, check_run_dir_free
 from src.run_dir import register_resolver, run_tag
-from src.schedule.split import minibatch_size
-from src.updates import minibatch_count
+from src.updates import minibatch_count, minibatch_size
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -35,8 +35,9 @@ def is_hydra_override(arg: str) -> bool:
     return arg.lstrip("+~").startswith(("hydra.", "hydra/"))
 
 
-def check_run(overrides: list[str], multirun: bool) -> None:
-    """Raise ConfigError for the first job (of one, or of the sweep) that cannot run."""
+def check_run(overrides: list[str], multirun: bool) -> list[tuple[DictConfig, Config]]:
+    """Raise ConfigError for the first job (of one, or of the sweep) that cannot run; else
+    each job's composed config and its validated Config, in order."""
     from hydra import initialize_config_dir
 
     register_resolver()  # the run dir's ${run_tag:...}
@@ -46,6 +47,7 @@ def check_run(overrides: list[str], multirun: bool) -> None:
         jobs = expand_sweep(task_args) if multirun else [task_args]
         dirs: dict[Path, int] = {}
         warned: set[str] = set()
+        checked: list[tuple[DictConfig, Config]] = []
         for i, job in enumerate(jobs):
             where = f" (multirun job {i + 1} of {len(jobs)}: {' '.join(job)})" if multirun else ""
             try:
@@ -75,8 +77,10 @@ def check_run(overrides: list[str], multirun: bool) -> None:
                     if warning and warning not in warned:
                         print(f"warning: {warning}", file=sys.stderr)
                         warned.add(warning)
+                checked.append((raw, cfg))
             except ConfigError as e:
                 raise ConfigError(f"{e}{where}") from None
+    return checked
 
 
 # Keys that take a 'lo_hi' pair: on the command line Hydra reads 0.5_2 as the number 0.52
@@ -137,10 +141,11 @@ def job_run_dir(raw: DictConfig, multirun: bool) -> Path:
 
 
 def check_machine(cfg: Config) -> None:
-    """What the values alone cannot show: the numerics mode torch loaded in, the device, the
-    rollout engine, the task's data."""
+    """What the values alone cannot show: the packages they need, the numerics mode torch
+    loaded in, the device, the rollout engine, the task's data."""
     from src._numerics import ENV_MODE, active_mode
 
+    check_installed(cfg)
     if cfg.numerics != active_mode():
         raise ConfigError(
             f"numerics: the config says {cfg.numerics!r} but torch loaded in {active_mode()!r} "
@@ -163,6 +168,89 @@ def check_machine(cfg: Config) -> None:
             raise ConfigError("rollout.backend=vllm needs the vllm package, which is not "
                               "installed here (docs/gpu.md); use rollout=hf")
     _check_task_data(cfg)
+
+
+def check_installed(cfg: Config) -> None:
+    """What the config's values need installed here: a `package:` model's package and the
+    GGUF reader, peft for LoRA, a sampler precision this device runs, inductor's compiler.
+    (tests/conftest.py `compose` runs it too, as a run would.)"""
+    from src.models.packaged import has_module
+
+    _check_packaged(cfg.model)
+    if cfg.model.lora_r and not has_module("peft"):
+        raise ConfigError(f"model.lora_r={cfg.model.lora_r} needs the peft package, which is not "
+                          "installed; install it with: pip install peft")
+    _check_precision_runs(cfg)
+    _check_compile(cfg)
+
+
+def _check_packaged(m) -> None:
+    """A `package:` path's package and a GGUF file's reader are installed, and the file is
+    there; each missing piece names `model.install`, the line that installs it."""
+    from src.models.packaged import PACKAGE_PREFIX, has_module, is_packaged, package_dir
+
+    if m.kind != "hf":
+        return
+    how = f"; install it with: {m.install}" if m.install else ""
+    where = m.path
+    if is_packaged(m.path):
+        module = m.path[len(PACKAGE_PREFIX):]
+        found = package_dir(module)
+        if found is None:
+            raise ConfigError(f"model.path={m.path}: the Python package {module!r} is not "
+                              f"installed{how}")
+        where = str(found)
+    if m.gguf_file is None:
+        return
+    if not has_module("gguf"):
+        raise ConfigError(f"model.gguf_file={m.gguf_file} needs the gguf package, which is not "
+                          f"installed{how or '; install it with: pip install gguf'}")
+    if Path(where).expanduser().is_dir() and not (Path(where).expanduser() / m.gguf_file).is_file():
+        raise ConfigError(f"model.gguf_file={m.gguf_file}: no such file in {where}")
+
+
+def _check_precision_runs(cfg: Config) -> None:
+    """rollout.precision tried on this device (the hf backend's sampler copy; vLLM's engine
+    checks its own)."""
+    precision = cfg.rollout.precision
+    if cfg.rollout.backend == "vllm" or precision == "fp32":
+        return
+    from src.device import pick_device
+    from src.rollout.sampler_precision import runs_on
+
+    try:
+        problem = runs_on(pick_device(cfg.device), precision)
+    except RuntimeError as e:
+        problem = str(e)
+    if problem is not None:
+        raise ConfigError(f"rollout.precision ={precision}: {problem}")
+
+
+def _check_compile(cfg: Config) -> None:
+    """train.compile=inductor builds kernels at the first scoring pass: on a CPU with the C++
+    compiler inductor looks for, on a GPU with triton. Without one, torch fails minutes into
+    the run."""
+    if cfg.train.compile != "inductor":
+        return
+    from src.device import pick_device
+    from src.models.packaged import has_module
+
+    if pick_device(cfg.device).type == "cuda":
+        if not has_module("triton"):
+            raise ConfigError("train.compile =inductor on a GPU needs the triton package, which "
+                              "is not installed; install it or use train.compile=none")
+        return
+    from torch._inductor import config as inductor_config
+    from torch._inductor.cpp_builder import get_cpp_compiler
+    from torch._inductor.exc import InvalidCxxCompiler
+
+    try:  # inductor's own search: $CXX, else g++ (torch._inductor.config.cpp.cxx)
+        get_cpp_compiler()
+    except InvalidCxxCompiler:
+        searched = [x for x in inductor_config.cpp.cxx if x]
+        raise ConfigError(f"train.compile =inductor on the CPU needs a C++ compiler; none of "
+                          f"{searched} runs: install one (Debian: apt install g++), name it in "
+                          "$CXX, or use train.compile=none") from None
 
 
 def check_writable_dir(path: Path, key: str) -> None:

@@ -25,8 +25,9 @@ if __name__ == "__main__":
 
 import hydra  # noqa: E402 - after the pins, as everything that may load torch
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+import src.compose  # noqa: E402, F401 - every registry loaded, the defaults given to Hydra
 from src._wait_policy import CHOICE as WAIT_CHOICE  # noqa: E402
 from src.config import Config, ConfigError, to_container, validate  # noqa: E402
 from src.config_fields import config_exit  # noqa: E402
@@ -42,6 +43,9 @@ _HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-
                      "--experimental-rerun")
 _VERSIONED = ("torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy",
               "pandas", "pyarrow", "wandb", "vllm", "trl")
+# The jobs preflight composed and validated, (composed values, Config) each, for the jobs
+# Hydra then starts in this process: each validated once, not again in `hydra_main`.
+_CHECKED: list[tuple[dict, Config]] = []
 
 
 def preflight(args: list[str]) -> None:
@@ -50,9 +54,32 @@ def preflight(args: list[str]) -> None:
 
     multirun = any(a in MULTIRUN_FLAGS for a in args)
     try:
-        check_run([a for a in args if a not in MULTIRUN_FLAGS], multirun)
+        checked = check_run([a for a in args if a not in MULTIRUN_FLAGS], multirun)
     except ConfigError as e:
         config_exit(str(e))
+    _CHECKED[:] = [(_values(raw), cfg) for raw, cfg in checked]
+
+
+def _values(raw: DictConfig) -> dict | None:
+    """A composed config's values without Hydra's own section, resolved (None if they do not
+    resolve: `validate` then says why)."""
+    plain = OmegaConf.masked_copy(raw, [k for k in raw if k != "hydra"]) if "hydra" in raw else raw
+    try:
+        return OmegaConf.to_container(plain, resolve=True)
+    except Exception:  # an interpolation that fails: validate names its key
+        return None
+
+
+def checked_config(raw: DictConfig) -> Config:
+    """The job's Config: the one preflight validated from the same composed values (each job
+    of a run or a multirun Hydra starts in this process), else validated here (a launcher's
+    worker process, a sweep script's job)."""
+    values = _values(raw)
+    for i, (checked, cfg) in enumerate(_CHECKED):
+        if values is not None and checked == values:
+            del _CHECKED[i]
+            return cfg
+    return validate(raw)
 
 
 def execute(cfg: Config, run_dir: Path, overrides: list[str] | None = None,
@@ -185,7 +212,7 @@ def _meta(cfg: Config, parts, *, resumed_at: int | None, overrides: list[str] | 
 def hydra_main(raw: DictConfig) -> str:
     pin_process()  # a launcher's worker process (joblib, submitit): as its import pinned before
     try:
-        cfg = validate(raw)
+        cfg = checked_config(raw)
     except ConfigError as e:
         config_exit(str(e))
     hydra_cfg = HydraConfig.get()

@@ -24,7 +24,7 @@ from src.run_vocab import NON_NUMERIC_KEYS, applies, flatten, is_non_numeric, up
 LEADING_KEYS = ("method.name", "method.objective", "experiment.name", "task.name", "model.name")
 # The parts of the path itself: never repeated in the tag.
 PATH_KEYS = ("experiment", "method", "seed")
-# What the tag leaves out (Hydra's exclude_keys, set by src/config.py register_defaults):
+# What the tag leaves out (Hydra's exclude_keys, set by src/compose.py register_defaults):
 # the path's keys, the keys that change no number, and `logger`, the group choice (local
 # and wandb differ only in keys that change no number).
 OVERRIDE_TAG_EXCLUDES = (*PATH_KEYS, "logger", *NON_NUMERIC_KEYS)
@@ -48,7 +48,7 @@ def register_resolver() -> None:
 
     OmegaConf.register_new_resolver("run_tag", run_tag, replace=True)
     OmegaConf.register_new_resolver("run_groups", run_groups, replace=True)  # --help
-    # --help's ${settings_help:} is the config's own: src/config.py registers it with its
+    # --help's ${settings_help:} is the config's own: src/compose.py registers it with its
     # defaults, so this module needs nothing of the config.
 
 

@@ -8,6 +8,20 @@ with the functions the trainer and the optimizer's warmup count updates with
 
 from __future__ import annotations
 
+STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
+SPLITS = ("responses", "groups")  # what a mini-batch draws: responses, or whole prompt groups
+
+
+def rollout_prompts(train) -> int:
+    """Prompts sampled per rollout: k * prompts_per_step in fixed_update mode."""
+    k = train.staleness if train.staleness_mode == "fixed_update" else 1
+    return train.prompts_per_step * k
+
+
+def minibatch_size(train) -> int:
+    """Responses per optimizer update."""
+    return rollout_prompts(train) * train.group_size // minibatch_count(train)
+
 
 def minibatch_count(train) -> int:
     """Mini-batches one pass over a rollout is split into."""

@@ -58,14 +58,11 @@ def smoke_overrides(cache_dir) -> list[str]:
 
 
 def compose(overrides: list[str]):
-    """The validated Config that `python -m src.run <overrides>` would use."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    """The validated Config that `python -m src.run <overrides>` would use, with what its
+    values need installed checked as a run's preflight does."""
+    from src.build import compose_config
 
-    from src.config import validate
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return validate(hydra_compose(config_name="config", overrides=overrides))
+    return compose_config(overrides)
 
 
 def token_rows(run_dir: Path) -> dict[str, list[dict]]:

@@ -28,6 +28,16 @@ def test_the_trainer_and_the_config_name_no_source():
         assert hits == [], path
 
 
+def test_the_offpolicy_section_declares_every_source_parameter_as_the_sources_derive_it():
+    from src.schedule.sources import offpolicy_fields
+
+    # the plain dataclass spells each source's keys out; here they are held to the sources'
+    derived = offpolicy_fields()
+    declared = dataclasses.fields(OffPolicyConfig)[-len(derived):]
+    assert [(f.name, f.type, f.default, f.metadata["help"]) for f in declared] == [
+        (name, str(kind), f.default, f.metadata["help"]) for name, kind, f in derived]
+
+
 @pytest.mark.parametrize("name", sorted(SOURCES))
 def test_every_source_parameter_is_an_offpolicy_key_with_help(name):
     section = {f.name: f for f in dataclasses.fields(OffPolicyConfig)}

@@ -12,9 +12,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from experiments import run_sweep
-from src import config as config_module
 from src.config import ConfigError, validate
 from src.models.packaged import PACKAGE_PREFIX, is_packaged, package_dir
+from src.preflight import check_installed  # importing it loads the registries
 from tests.conftest import config_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,30 +97,28 @@ def test_every_grid_runs_seed_outermost(name, part, grid):
     assert list(grid)[:3] == ["seed", "method", "experiment"]
 
 
-def validate_with_or_without_extra(cfg, monkeypatch) -> None:
-    """validate(cfg), also where the model's optional package (the `[pretrained]` extra) is
-    not installed, as in CI: there the refusal must name the install line, and every other
-    check still runs with the package check alone set aside."""
+def validate_with_or_without_extra(cfg) -> None:
+    """validate(cfg) and what its values need installed, also where the model's optional
+    package (the `[pretrained]` extra) is not installed, as in CI: every check of the values
+    runs, and the refusal of the missing package names the install line."""
+    checked = validate(cfg)
     path = cfg.model.get("path") or ""
     if not is_packaged(path) or package_dir(path[len(PACKAGE_PREFIX):]) is not None:
-        validate(cfg)
+        check_installed(checked)
         return
     with pytest.raises(ConfigError, match=f"not installed; install it with: {cfg.model.install}"):
-        validate(cfg)
-    with monkeypatch.context() as patched:
-        patched.setattr(config_module, "_check_packaged", lambda model: None)
-        validate(cfg)
+        check_installed(checked)
 
 
 @pytest.mark.slow  # every cell of every sweep composed: about 35 s in all
 @pytest.mark.parametrize("name,part,grid", GRIDS, ids=[f"{n}-{i}" for n, i, _ in GRIDS])
-def test_every_cell_composes_and_validates(name, part, grid, monkeypatch):
+def test_every_cell_composes_and_validates(name, part, grid):
     keys = [k for k in grid if k != "seed"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         for values in itertools.product(*(grid[k] for k in keys)):
             overrides = run_sweep.grid_overrides({k: [v] for k, v in zip(keys, values, strict=True)})
             cfg = compose("config", overrides=overrides)
-            validate_with_or_without_extra(cfg, monkeypatch)
+            validate_with_or_without_extra(cfg)
             assert cfg.method.name == values[keys.index("method")]
             assert cfg.experiment.name == values[keys.index("experiment")]
             for key, value in zip(keys, values, strict=True):

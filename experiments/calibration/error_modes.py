@@ -28,6 +28,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+import src.compose  # noqa: E402, F401 - every registry the config's checks read
 from src.config import validate  # noqa: E402
 from src.run_vocab import upgrade_method_layout  # noqa: E402
 from src.schedule import rollout_prompts  # noqa: E402

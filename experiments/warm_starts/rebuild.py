@@ -142,14 +142,11 @@ def compare(info: dict, built: dict, family: str, stop_after: int | None,
 
 def ship(overrides: list[str]) -> Path:
     """Build the warm start of the config these overrides compose and copy it here."""
-    from hydra import compose, initialize_config_dir
-
-    from src.config import validate
+    from src.build import compose_config
     from src.tasks import get_task
     from src.warm_start import warm_start
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = validate(compose(config_name="config", overrides=overrides))
+    cfg = compose_config(overrides)
     if cfg.model.kind != "tiny":
         raise SystemExit("--ship: only tiny models have a warm start (model.kind=tiny)")
     task = get_task(cfg.task.name, **dict(cfg.task.params))

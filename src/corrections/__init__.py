@@ -27,6 +27,7 @@ from src.corrections._base import (
     rs_options,
 )
 from src.corrections._base import is_weight as _is_weight
+from src.registry import provide
 
 for _module in pkgutil.iter_modules(__path__):
     if not _module.name.startswith("_"):
@@ -94,6 +95,9 @@ def build_correction(section) -> Correction:
     return Correction(level, is_bounds, bool(section.rollout_is_batch_normalize), rejection,
                       bool(section.bypass_mode))
 
+
+# What the config's checks read (src/registry.py): a section's correction, or its error.
+provide("corrections.build", build_correction)
 
 __all__ = ["IS_LEVELS", "METRIC_PREFIX", "RS_LEVELS", "Corrected", "Correction",
            "build_correction", "offpolicy_metrics", "rs_options"]

@@ -33,6 +33,7 @@ def project_config(cfg: dict, *, seed: int, max_new_tokens: int, temperature: fl
     """The project's config (src/config.py) for what a TRL run shares with `python -m
     src.run`: the launch config's model, task and eval, TRL's sampling, and the project's
     defaults for everything the launch config leaves out."""
+    import src.compose  # noqa: F401 - every registry the checks read
     from src.config import validate
 
     return validate({"seed": seed, "cache_dir": cfg.get("cache_dir", ".cache"),

@@ -30,7 +30,8 @@ import copy
 import torch
 from torch import Tensor, nn
 
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+from src.choices import PRECISIONS  # the choices, named in one place (src/choices.py)
+
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _INT8_MAX = 127
 # in_features up to which int8 x int8 partial sums stay exact in fp32: 1040 * 127**2 < 2**24

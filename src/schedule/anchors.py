@@ -22,8 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-ANCHORS = ("coupled", "recompute", "decoupled")
-WEIGHT_RULES = ("mask", "clamp")
+from src.choices import ANCHORS, WEIGHT_RULES  # noqa: F401 - the choices, named in one place (src/choices.py)
 
 
 def needs_proximal(anchor: str) -> bool:

@@ -17,21 +17,13 @@ import torch
 from torch import Tensor
 
 from src.rollout import Rollout
-from src.updates import minibatch_count
-
-STALENESS_MODES = ("minibatch", "fixed_update", "epochs")
-SPLITS = ("responses", "groups")  # what a mini-batch draws: responses, or whole prompt groups
-
-
-def rollout_prompts(train) -> int:
-    """Prompts sampled per rollout: k * prompts_per_step in fixed_update mode."""
-    k = train.staleness if train.staleness_mode == "fixed_update" else 1
-    return train.prompts_per_step * k
-
-
-def minibatch_size(train) -> int:
-    """Responses per optimizer update."""
-    return rollout_prompts(train) * train.group_size // minibatch_count(train)
+from src.updates import (  # noqa: F401 - the counts, in plain Python (the config reads them)
+    SPLITS,
+    STALENESS_MODES,
+    minibatch_count,
+    minibatch_size,
+    rollout_prompts,
+)
 
 
 def split_rows(size: int, parts: int, seed: int, groups: Tensor | None = None) -> list[Tensor]:

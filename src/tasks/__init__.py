@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from src.registry import provide
 from src.tasks.arithmetic import ArithmeticTask
 from src.tasks.base import Problem, Task
 from src.tasks.guess_check import GuessCheckTask
 from src.tasks.math_dataset import GSM8KTask, Math500Task, MathDatasetTask
+from src.tasks.rewards import REWARD_SOURCES
 
 TASKS: dict[str, type] = {
     ArithmeticTask.name: ArithmeticTask,
@@ -18,6 +20,9 @@ TASKS: dict[str, type] = {
     Math500Task.name: Math500Task,
     MathDatasetTask.name: MathDatasetTask,
 }
+# What the config's checks read (src/registry.py): task names (their check_params), rewards.
+provide("tasks", TASKS)
+provide("tasks.rewards", REWARD_SOURCES)
 
 
 def get_task(name: str, **cfg: Any) -> Task:

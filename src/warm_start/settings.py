@@ -1,5 +1,6 @@
 """The warm start's settings: the tiny model's architecture and the SFT recipe, their defaults,
-and the one interface the config's checks use (`settings_problem`, `tiny_shape`).
+and the one interface the config's checks use (`settings_problem`, `tiny_layers`, `tiny_shape`,
+provided to src/registry.py).
 
 Plain Python: the config reads these without building anything.
 """
@@ -7,6 +8,8 @@ Plain Python: the config reads these without building anything.
 from __future__ import annotations
 
 from typing import Any
+
+from src.registry import provide
 
 DEFAULT_MODEL_CFG: dict[str, Any] = {
     "arch": "llama",
@@ -90,3 +93,9 @@ def tiny_shape(architecture: dict[str, Any] | None) -> tuple[int, int, int]:
     longest response fit in the positions)."""
     m, _ = resolve_configs(architecture, None)
     return int(m["hidden_size"]), int(m["num_heads"]), int(m["max_position_embeddings"])
+
+
+# What the config's checks read (src/registry.py), without building anything.
+provide("tiny_model.settings_problem", settings_problem)
+provide("tiny_model.layers", tiny_layers)
+provide("tiny_model.shape", tiny_shape)

@@ -21,6 +21,8 @@ from src.algorithms.methods._base import (
     TokenObjective,
     register,
 )
+from src.algorithms.surrogate import AGGREGATIONS
+from src.registry import provide
 
 for _module in pkgutil.iter_modules(__path__):
     if not _module.name.startswith("_"):
@@ -53,6 +55,12 @@ def make_params(objective: str, values: dict) -> MethodParams:
         raise ValueError(f"unknown parameter(s) {unknown} for method {objective!r}; "
                          f"its parameters: {sorted(known)}")
     return cls(**values)
+
+
+# What the config's checks read (src/registry.py): the objectives, and how to build one.
+provide("methods", METHODS)
+provide("method.build", build_method)
+provide("method.aggregations", AGGREGATIONS)
 
 
 __all__ = ["METHODS", "Decision", "DecisionInputs", "Method", "MethodParams", "PolicyLossOutput",

@@ -2,7 +2,9 @@
 
 Adding a source is one module here (its `Params` and `Source` subclass, decorated with
 `@register`; src/schedule/sources/_base.py says what a source owns), one
-`conf/experiment/<name>.yaml` and one test; nothing else names it. Modules whose names
+`conf/experiment/<name>.yaml` and one test; its parameters are spelled out as flat keys in
+src/config.py `OffPolicyConfig` too (tests/test_source_registry.py holds them equal to
+`offpolicy_fields()`), and nothing else names it. Modules whose names
 start with `_` hold shared parts, not sources.
 """
 
@@ -13,6 +15,7 @@ import importlib
 import pkgutil
 
 from src.config_fields import setting
+from src.registry import provide
 from src.schedule.sources._base import (
     SOURCES,
     Generation,
@@ -36,8 +39,8 @@ def build_source(offpolicy) -> Source:
 
 
 def offpolicy_fields() -> list[tuple[str, type, dataclasses.Field]]:
-    """Every source's parameters as flat fields of the `offpolicy` section, for
-    `dataclasses.make_dataclass`: null unless the source is chosen, the help naming it."""
+    """Every source's parameters as flat fields of the `offpolicy` section: null unless the
+    source is chosen, the help naming it (src/config.py `OffPolicyConfig` declares them)."""
     import typing
 
     out = []
@@ -52,6 +55,11 @@ def offpolicy_fields() -> list[tuple[str, type, dataclasses.Field]]:
 
 def _yaml(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# What the config's checks read (src/registry.py): the sources and their parameters' check.
+provide("sources", SOURCES)
+provide("sources.check", checked_params)
 
 
 __all__ = ["SOURCES", "Generation", "Source", "SourceParams", "StepData", "build_source",
