@@ -10,7 +10,7 @@ k x prompts per rollout, so each of the k mini-batches holds B responses like a 
 The behaviour log-probs are recomputed by the trainer's own model on exactly the mini-batch
 tensors the updates use, so update 0 is on-policy bit for bit (ratio == 1) and sampler drift
 is only a metric. Without micro-batching, mini-batch 0's behaviour forward runs with grad and
-is kept for update 0 (`StepBatches.kept_forward`), which backpropagates through it instead of
+is kept for update 0 (`KeptForward`), which backpropagates through it instead of
 repeating it. Under `offpolicy.anchor` recompute and decoupled every mini-batch holding older
 data is scored by the current weights too (the proximal policy, src/schedule/anchors.py).
 
@@ -91,14 +91,27 @@ class MiniBatch:
         return version - self.version
 
 
+class KeptForward:
+    """Mini-batch 0's behaviour forward, run with grad: update 0 runs the same weights on the
+    same tensors, so it backpropagates through this one instead of running it again. Its
+    graph holds the forward's activations, so it is handed over once and dropped as it is."""
+
+    def __init__(self, logp: Tensor, entropy: Tensor):
+        self._forward: tuple[Tensor, Tensor] | None = (logp, entropy)
+
+    def take(self) -> tuple[Tensor, Tensor] | None:
+        """(logp, entropy) the first time, None after."""
+        forward, self._forward = self._forward, None
+        return forward
+
+
 @dataclass(frozen=True)
 class StepBatches:
-    """A step's mini-batches, in update order, and mini-batch 0's behaviour forward run with
-    grad ((logp, entropy), None with micro-batching or when it was stored earlier): update 0
-    runs the same weights on the same tensors, so it backpropagates through this one."""
+    """A step's mini-batches, in update order, and mini-batch 0's kept forward (None with
+    micro-batching, or when its behaviour pass was stored earlier)."""
 
     batches: list[MiniBatch]
-    kept_forward: tuple[Tensor, Tensor] | None
+    kept_forward: KeptForward | None
 
 
 def build_minibatches(training: TrainingSet, parts: list[Tensor], scorer: Scorer, version: int,
@@ -116,7 +129,7 @@ def build_minibatches(training: TrainingSet, parts: list[Tensor], scorer: Scorer
         for rows in parts:
             mb, kept = _minibatch(training, rows, scorer, proximal, not batches, offpolicy)
             batches.append(mb)
-            kept_forward = kept_forward or kept
+            kept_forward = kept_forward or (kept and KeptForward(*kept))
     if correction.active:
         batches = corrected(correction, batches)
     if method.decision_scope == "rollout":

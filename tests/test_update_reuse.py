@@ -50,7 +50,8 @@ def test_minibatches_run_one_forward_each_and_keep_only_the_first_graph(monkeypa
     monkeypatch.setattr(policy_module, "response_logprobs", counted)
     fresh = StoredRollout(0, 0, 0, data, torch.zeros(B), torch.zeros(B), ADVANTAGES.clone(), 0, 2)
     built = trainer._minibatches(TrainingSet([fresh]), TrainState())
-    batches, kept = built.batches, built.kept_forward
+    batches, kept = built.batches, built.kept_forward.take()
+    assert built.kept_forward.take() is None  # handed over once: its graph goes with it
     assert calls == [True, False]  # mini-batch 0 with grad (kept), mini-batch 1 without
     assert kept[0].requires_grad and not batches[0].logp_behavior.requires_grad
     assert torch.equal(kept[0].detach(), batches[0].logp_behavior)
@@ -84,7 +85,7 @@ def test_a_minibatch_is_frozen_and_the_step_writes_no_batch():
     trainer.update.optimizer = trainer.optimizer
     trainer.update.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda _: 1.0)
     for j, b in enumerate(built.batches):
-        trainer.update(b, j, on_policy=j == 0, kept_forward=built.kept_forward if j == 0 else None)
+        trainer.update(b, j, on_policy=j == 0, kept_forward=built.kept_forward.take() if j == 0 else None)
     for b, d, c in zip(built.batches, before, copies, strict=True):
         for name, value in d.items():
             assert getattr(b, name) is value, name  # the same object ...
