@@ -33,19 +33,26 @@ SHORTCUTS = {
 }
 
 
-def switch(shortcut: str, on: bool) -> None:
-    """Turn one shortcut on or off for the next steps (module attributes the code reads)."""
+def shortcut_switch(shortcut: str):
+    """A function `on(flag)` that turns one shortcut on or off for the next steps (the module
+    attributes the code reads)."""
     import src.minibatches as minibatches
     from src.update import Update
 
     if shortcut == "kept forward":
-        real = switch.__dict__.setdefault("behaviour_pass", minibatches.behaviour_pass)
-        minibatches.behaviour_pass = real if on else (
-            lambda scorer, data, first: real(scorer, data, first=False))
-    else:
-        real = switch.__dict__.setdefault("decision", Update.whole_batch_decision)
-        Update.whole_batch_decision = real if on else (
-            lambda self, mb, mask, adv, on_policy, seed: real(self, mb, mask, adv, False, seed))
+        real_pass = minibatches.behaviour_pass
+
+        def no_kept_forward(scorer, data, first):
+            return real_pass(scorer, data, first=False)
+
+        return lambda on: setattr(minibatches, "behaviour_pass",
+                                  real_pass if on else no_kept_forward)
+    real_decision = Update.whole_batch_decision
+
+    def no_reuse(self, mb, mask, adv, on_policy, seed):
+        return real_decision(self, mb, mask, adv, False, seed)
+
+    return lambda on: setattr(Update, "whole_batch_decision", real_decision if on else no_reuse)
 
 
 def timed(experiment: str, shortcut: str, steps: int, overrides: list[str]) -> dict:
@@ -55,6 +62,7 @@ def timed(experiment: str, shortcut: str, steps: int, overrides: list[str]) -> d
     cfg = compose_config([f"experiment={experiment}", "method=bapo", "logger.progress=false",
                           "train.threads=1", *SHORTCUTS[shortcut], *overrides])
     times = {True: [], False: []}
+    switch = shortcut_switch(shortcut)
     with tempfile.TemporaryDirectory() as tmp:
         parts = build_trainer(cfg, RunWriter(Path(tmp) / "run"), Path(tmp) / "ckpt",
                               evaluate="none")
@@ -62,12 +70,12 @@ def timed(experiment: str, shortcut: str, steps: int, overrides: list[str]) -> d
         trainer.log_tokens = False
         for i in range(2 * steps + 1):
             on = i % 2 == 1  # step 0 is a warm-up, then off, on, off, on, ...
-            switch(shortcut, on)
+            switch(on)
             record = trainer.train_step(state)
             state.step += 1
             if i > 0:
                 times[on].append(record["time_behavior_s"] + record["time_update_s"])
-        switch(shortcut, True)
+        switch(True)
     on, off = statistics.median(times[True]), statistics.median(times[False])
     return {"experiment": experiment, "shortcut": shortcut, "on": on, "off": off,
             "ratio": off / on, "steps": steps}

@@ -180,12 +180,13 @@ class Trainer:
         """`train.epochs` passes of one update per mini-batch, each logged with its token rows;
         returns the update records and the time spent updating and logging."""
         step, batches = state.step, built.batches
-        # Update 0 backpropagates through mini-batch 0's behaviour forward, unless a hook may
-        # move the weights in place before it (the microscope restores them, but the kept
-        # graph would see the change): then the update runs its own, the same numbers.
-        kept = built.kept_forward and built.kept_forward.take()  # held by this frame alone
-        kept_forward = kept if self.before_update is None else None
-        del kept
+        # Update 0 backpropagates through mini-batch 0's behaviour forward, taken here so that
+        # it goes with update 0; not where a hook may move the weights in place before it (the
+        # microscope restores them, but the kept graph would see the change): then the update
+        # runs its own forward, the same numbers.
+        kept_forward = built.kept_forward and built.kept_forward.take()
+        if self.before_update is not None:
+            kept_forward = None
         keep_rows = self._token_sample(training.size, step)
         updates, token_parts, time_update, time_telemetry, applied = [], [], 0.0, 0.0, 0
         self.model.train()
@@ -198,10 +199,9 @@ class Trainer:
                     self.before_update(mb, version=version, on_policy=on_policy, seed=seed,
                                        step=step, update=update)
                 t0 = time.perf_counter()
-                given, kept_forward = kept_forward, None  # to update 0 only, then dropped
                 record, out, logp, entropy = self.update(mb, version, on_policy=on_policy,
-                                                         seed=seed, kept_forward=given)
-                del given
+                                                         seed=seed, kept_forward=kept_forward)
+                kept_forward = None  # update 0's alone
                 dt = time.perf_counter() - t0
                 time_update += dt
                 record.update(step=step, update=update, global_update=state.global_update,

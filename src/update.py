@@ -55,10 +55,9 @@ def non_finite_input(error: NonFiniteError) -> str:
 @dataclass(frozen=True)
 class PolicyStep:
     """decide -> loss on one batch of tokens: the loss output (None when the loss was not
-    taken), the decision, and the reason to skip the optimizer step (None: take it)."""
+    taken; it carries its decision) and the reason to skip the optimizer step (None: take it)."""
 
     out: PolicyLossOutput | None
-    decision: Decision | None
     skip_reason: str | None
 
 
@@ -68,15 +67,15 @@ def policy_step(method: Method, logp: Tensor, logp_old: Tensor, adv: Tensor, mas
     """The method's decision (unless one is given, taken over a wider batch) and its loss on
     these tokens. The trainer, the TRL plug and the verl plug all call this."""
     if not bool(mask.any()):
-        return PolicyStep(None, None, NO_LOSS_TOKENS)
+        return PolicyStep(None, NO_LOSS_TOKENS)
     try:
         decision = decision or decide(method, logp, logp_old, adv, mask, entropy, seed)
         out = method.loss(logp, logp_old, adv, mask, decision, denominator=denominator,
                           token_weight=token_weight)
     except NonFiniteError as e:
-        return PolicyStep(None, None, non_finite_input(e))
+        return PolicyStep(None, non_finite_input(e))
     finite = bool(torch.isfinite(out.loss))
-    return PolicyStep(out, decision, None if finite else NON_FINITE_LOSS)
+    return PolicyStep(out, None if finite else NON_FINITE_LOSS)
 
 
 def decide(method: Method, logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor,
