@@ -18,6 +18,7 @@ import json
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from src.algorithms import METHODS as REGISTERED
 from src.algorithms import policy_loss
@@ -113,6 +114,45 @@ def test_autocast_forward_is_idempotent_keeps_the_signature_and_survives_deepcop
         assert float(model(input_ids=ids).logits.abs().max()) > 0.0
     with pytest.raises(ValueError, match="model.autocast must be null or bfloat16"):
         autocast_forward(model, "float16")
+
+
+class _WeightCasts(TorchDispatchMode):
+    """Counts the bf16 copies made of the given tensors (autocast's casts of the weights)."""
+
+    def __init__(self, tensors):
+        super().__init__()
+        self.pointers, self.count = {t.data_ptr() for t in tensors}, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if (func is torch.ops.aten._to_copy.default and kwargs.get("dtype") == torch.bfloat16
+                and args[0].data_ptr() in self.pointers):
+            self.count += 1
+        return func(*args, **kwargs)
+
+
+def test_decoding_under_autocast_casts_the_weights_once_a_call_with_the_same_numbers():
+    from src.models import decoding
+
+    model = autocast_forward(tiny_model(), "bfloat16").eval()
+    prompts = torch.randint(3, 50, (4, 5), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    steps = 6
+    settings = dict(max_new_tokens=steps, eos_token_id=1, pad_token_id=0, temperature=1.0,
+                    top_p=1.0, greedy=False, min_new_tokens=steps, with_entropy=True)
+    outs, casts = {}, {}
+    with torch.no_grad():
+        for name, fn in (("one scope", decoding.decode), ("a scope a token", decoding._decode_loop)):
+            counter = _WeightCasts(model.parameters())
+            with counter:
+                outs[name] = fn(model, prompts, mask, generator=torch.Generator().manual_seed(0),
+                                **settings)
+            casts[name] = counter.count
+    linear_weights = sum(1 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert casts == {"one scope": linear_weights, "a scope a token": linear_weights * steps}
+    one, each = outs["one scope"], outs["a scope a token"]
+    for field in ("tokens", "logp", "lengths", "entropy"):
+        assert torch.equal(getattr(one, field), getattr(each, field)), field
 
 
 def test_autocast_context_is_a_no_op_without_a_dtype():

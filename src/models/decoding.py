@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from src.algorithms.entropy import token_entropy
+from src.models.precision import autocast
 
 try:  # transformers >= 4.56: caches are lists of layers
     from transformers.cache_utils import Cache, DynamicLayer
@@ -210,6 +211,21 @@ def decode(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
     stores it as the behaviour entropy); the tokens and log-probs are the same either way.
     """
     _check_sampling(max_new_tokens, temperature, top_p, greedy)
+    # Under `model.autocast` each forward opens its own autocast scope (precision.py); one scope
+    # held over the whole loop nests them, so the bf16 copies of the weights are cast once a call
+    # instead of once a token. The same casts, the same numbers: only the time changes.
+    with autocast(prompt_ids.device, getattr(model, "autocast_name", None)):
+        return _decode_loop(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens,
+                            eos_token_id=eos_token_id, pad_token_id=pad_token_id,
+                            temperature=temperature, top_p=top_p, greedy=greedy,
+                            min_new_tokens=min_new_tokens, generator=generator,
+                            with_entropy=with_entropy)
+
+
+def _decode_loop(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *,
+                 max_new_tokens: int, eos_token_id: int, pad_token_id: int, temperature: float,
+                 top_p: float, greedy: bool, min_new_tokens: int,
+                 generator: torch.Generator | None, with_entropy: bool) -> Decoded:
     cache_arg, keeps_logits = _forward_args(type(model))
     device = prompt_ids.device
     batch = prompt_ids.shape[0]
