@@ -3,11 +3,16 @@
     python benchmarks/bench_vs_trl.py                      # the race: 2 rounds, 10 timed steps
     python benchmarks/bench_vs_trl.py --scaling            # step time vs response length / batch
     python benchmarks/bench_vs_trl.py --engines project,project@OMP_WAIT_POLICY=PASSIVE
+    python benchmarks/bench_vs_trl.py --experiment smol_4x --threads 1 --steps 2 --warmup 1 \
+        --engines process:rollout.behaviour=sampler,trl   # the pretrained testbed (SmolLM2-135M)
 
 The same work for every engine: the cached tiny warm start of the default config, the same
 training prompts in the same order, `--prompts` x `--group-size` responses of at most
 `--max-new-tokens` tokens per rollout, staleness `--staleness` (one optimizer update per
-mini-batch), AdamW at lr 5e-5 constant, fp32, `--threads` threads, no eval. Engines:
+mini-batch), AdamW at lr 5e-5 constant, fp32, `--threads` threads, no eval. With
+`--experiment E` the work is that experiment's instead (its model, task, chat-formatted
+prompts, sizes and learning rate; a size flag given on the command line still wins): for
+`smol_4x`, SmolLM2-135M-Instruct from its GGUF file, dequantized to fp32 on load. Engines:
 
 - `project`: `src.trainer.Trainer.train_step`, built as `python -m src.run` builds it (its
   run dir with token rows goes to a scratch dir);
@@ -53,19 +58,39 @@ from pathlib import Path
 from _setup import REPO  # this checkout first on sys.path; loads nothing of it
 
 ENGINES = ("project", "trl", "plug", "process")
-LR = 5e-5
+# The tiny default's work; --experiment takes an experiment's sizes and rate instead.
+TINY_WORK = {"prompts": 16, "group_size": 8, "max_new_tokens": 64, "staleness": 4, "lr": 5e-5}
 
 
 # -- one engine, in a child process -------------------------------------------------------
 
 def _work_overrides(a) -> list[str]:
     """The race's work as Hydra overrides, the same for every engine."""
-    return [f"method={a.method}", f"train.staleness={a.staleness}",
+    experiment = [f"experiment={a.experiment}"] if a.experiment else []
+    return [*experiment, f"method={a.method}", f"train.staleness={a.staleness}",
                  f"train.prompts_per_step={a.prompts}", f"train.group_size={a.group_size}",
                  f"rollout.max_new_tokens={a.max_new_tokens}", f"train.threads={a.threads}",
                  # AdamW, as TRL's trainer uses: the CPU default is SGD, which would race
                  # a cheaper optimizer step against TRL's
-                 "train.optimizer=adamw", f"train.lr={LR}", f"cache_dir={a.cache_dir}"]
+                 "train.optimizer=adamw", f"train.lr={a.lr}", f"cache_dir={a.cache_dir}"]
+
+
+def fill_work(a) -> None:
+    """The sizes and rate not given on the command line: the experiment's (composed as the
+    project composes it, so TRL gets the same numbers), else the tiny default's."""
+    if all(getattr(a, key) is not None for key in TINY_WORK):
+        return  # a child: the parent passed every value (and composing would load torch early)
+    work = dict(TINY_WORK)
+    if a.experiment:
+        from src.build import compose_config
+
+        cfg = compose_config([f"experiment={a.experiment}"])
+        work = {"prompts": cfg.train.prompts_per_step, "group_size": cfg.train.group_size,
+                "max_new_tokens": cfg.rollout.max_new_tokens, "staleness": cfg.train.staleness,
+                "lr": cfg.train.lr}
+    for key, value in work.items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
 
 
 def _project_config(a):
@@ -146,14 +171,24 @@ def run_trl(a, plug: bool) -> list[dict]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from src.build import prompt_formatter
+
     cfg = _project_config(a)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     task, model, tokenizer, start = _model(cfg, a)
     n_rollouts = a.warmup + a.steps
     problems = [task.problem(start + i) for i in range(n_rollouts * a.prompts)]
-    dataset = Dataset.from_list([{"prompt": p.prompt, "problem_index": i}
+    # the prompt text the project's trainer samples from: chat-templated for an instruct model
+    # (a plain string, so TRL adds no template of its own), raw for the tiny one
+    format_prompt = prompt_formatter(cfg.model, tokenizer)
+    dataset = Dataset.from_list([{"prompt": format_prompt(p.prompt), "problem_index": i}
                                  for i, p in enumerate(problems)])
+    if getattr(model, "is_quantized", False):
+        # A GGUF file is dequantized to plain fp32 tensors on load, but transformers keeps
+        # the model marked quantized, and Trainer refuses to train a quantized model without
+        # adapters. The weights are ordinary fp32 parameters, as the project trains them.
+        model.is_quantized, model.hf_quantizer = False, None
 
     def reward(completions, problem_index, **_):
         return [task.score(problems[i], c) for c, i in zip(completions, problem_index, strict=True)]
@@ -164,7 +199,7 @@ def run_trl(a, plug: bool) -> list[dict]:
         output_dir=str(out_dir), per_device_train_batch_size=batch // a.staleness,
         steps_per_generation=a.staleness, gradient_accumulation_steps=1, num_iterations=1,
         num_generations=a.group_size, max_completion_length=a.max_new_tokens,
-        max_steps=n_rollouts * a.staleness, learning_rate=LR, lr_scheduler_type="constant",
+        max_steps=n_rollouts * a.staleness, learning_rate=a.lr, lr_scheduler_type="constant",
         warmup_steps=0, max_grad_norm=1.0, weight_decay=0.0, beta=0.0, epsilon=0.2,
         loss_type="dapo", scale_rewards="group", temperature=1.0, top_p=1.0, top_k=0,
         bf16=False, gradient_checkpointing=False, use_cpu=True, shuffle_dataset=False,
@@ -256,10 +291,12 @@ def _parse_engine(engine: str) -> tuple[str, dict[str, str], list[str]]:
 def _run_child(engine: str, a, shape: dict) -> list[dict]:
     name, extra, overrides = _parse_engine(engine)
     cmd = [sys.executable, __file__, "--child", name, "--method", a.method,
-           "--staleness", str(a.staleness), "--threads", str(a.threads),
+           "--staleness", str(a.staleness), "--threads", str(a.threads), "--lr", str(a.lr),
            "--warmup", str(a.warmup), "--steps", str(a.steps), "--cache-dir", a.cache_dir,
            "--prompts", str(shape["prompts"]), "--group-size", str(a.group_size),
            "--max-new-tokens", str(shape["max_new_tokens"])]
+    if a.experiment:
+        cmd += ["--experiment", a.experiment]
     if shape["force_length"]:
         cmd.append("--force-length")
     cmd += [f"--process-override={o}" for o in overrides]
@@ -332,10 +369,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--prompts", type=int, default=16)
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--staleness", type=int, default=4)
+    p.add_argument("--experiment", help="race on this experiment's work (e.g. smol_4x, the "
+                   "pretrained testbed) instead of the tiny default's")
+    p.add_argument("--prompts", type=int, help="prompts per rollout (default: the work's)")
+    p.add_argument("--group-size", type=int, help="responses per prompt (default: the work's)")
+    p.add_argument("--max-new-tokens", type=int, help="(default: the work's)")
+    p.add_argument("--staleness", type=int, help="updates per rollout (default: the work's)")
+    p.add_argument("--lr", type=float, help="AdamW's rate (default: the work's)")
     p.add_argument("--method", default="ppo")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--cache-dir", default=str(REPO / ".cache"))
@@ -349,6 +389,7 @@ def main() -> None:
     p.add_argument("--process-override", dest="process_overrides", action="append", default=[],
                    help=argparse.SUPPRESS)
     a = p.parse_args()
+    fill_work(a)
     if a.child:
         child(a)
         return
