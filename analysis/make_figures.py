@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     if not runs.runs:
         for m in runs.messages:
             print(f"  note: {m}")
-        print("nothing to plot: no usable run dirs (config.yaml + metrics.jsonl)")
+        print("nothing to plot: no usable run dirs "
+              "(config.yaml + metrics.jsonl or metrics.jsonl.gz)")
         return EXIT_USAGE
     style.setup()
     out = Path(args.out)

@@ -269,9 +269,9 @@ def run_testbed(methods: list[str], device: torch.device, out: Path, cache: Path
 
 
 def read_run(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    from analysis.core.loader import read_jsonl
+    from analysis.core.loader import read_metrics
 
-    records, _ = read_jsonl(run_dir / "metrics.jsonl")
+    records, _ = read_metrics(run_dir)
     return ([r for r in records if r.get("kind") == "step"],
             [r for r in records if r.get("kind") == "eval"])
 

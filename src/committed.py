@@ -10,7 +10,8 @@ files (a test's reference run) is committed too.
 A finished run is placed against the committed seeds of its cell: the committed runs made
 with its config but for the seed (and `train.threads`, which reaches only the sampler's own
 log-probs, docs/numerics.md), found by their config.yaml under experiments/<root>/
-<experiment>/<method>/. Only those runs' metrics.jsonl are read.
+<experiment>/<method>/. Only those runs' metrics (metrics.jsonl, metrics.jsonl.gz in an
+export; src/run_files.py) are read.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from src.eval_schedule import FINAL_WINDOW
 from src.run_dir import config_differences, stored_config
+from src.run_files import has_metrics, metrics_lines
 
 REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = REPO / "experiments"
@@ -76,7 +78,7 @@ def committed_dir_message(path: Path, key: str, default: Path | None = None) -> 
 
 def _evals(run_dir: Path) -> list[dict]:
     records = []
-    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
+    for line in metrics_lines(run_dir):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
@@ -108,7 +110,7 @@ def committed_cells(config: dict, experiments: Path = EXPERIMENTS) -> dict[Path,
         return {}
     candidates = [p.parent for pattern in (f"*/{name}/{method}/seed*/config.yaml",
                                            f"*/{name}/{method}/*/seed*/config.yaml")
-                  for p in experiments.glob(pattern) if (p.parent / "metrics.jsonl").is_file()]
+                  for p in experiments.glob(pattern) if has_metrics(p.parent)]
     cells: dict[Path, list[Path]] = {}
     for seed_dir in sorted(set(candidates)):
         stored = stored_config(seed_dir)
@@ -123,7 +125,7 @@ def placement_lines(run_dir: Path, experiments: Path = EXPERIMENTS, shown: int =
     committed seeds of its cell: their range, and whether the run is inside it."""
     run_dir = Path(run_dir)
     config = stored_config(run_dir)
-    value = final_accuracy(run_dir) if (run_dir / "metrics.jsonl").is_file() else None
+    value = final_accuracy(run_dir) if has_metrics(run_dir) else None
     if config is None or value is None or committed_root(run_dir) is not None:
         return []
     lines = []

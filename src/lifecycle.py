@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from src.committed import committed_dir_message, placement_lines
 from src.config_fields import ConfigError
 from src.run_dir import config_differences, mismatch_message, stored_config
+from src.run_files import has_metrics, metrics_lines
 from src.run_vocab import upgrade_config
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def decide_mode(cfg: Config, run_dir: Path) -> str:
     """
     check_existing_run(cfg, run_dir)
     status = read_status(run_dir)
-    has_data = (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
+    has_data = has_metrics(run_dir) or (run_dir / "checkpoints").exists()
     if cfg.overwrite and has_data:
         aside = run_dir.with_name(f"{run_dir.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
         shutil.move(str(run_dir), aside)
@@ -116,7 +117,7 @@ def check_existing_run(cfg: Config, run_dir: Path) -> None:
     from src.config import to_container
 
     run_dir = Path(run_dir)
-    has_data = (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
+    has_data = has_metrics(run_dir) or (run_dir / "checkpoints").exists()
     if cfg.overwrite or not has_data:
         return
     stored = stored_config(run_dir)
@@ -175,8 +176,7 @@ def missing_records(run_dir: Path, steps: int) -> tuple[str | None, bool]:
     eval at `steps`, or a line cut short), and whether the final eval is all it lacks (the
     final checkpoint can redo that); (None, False) when it is whole."""
     seen_steps, evals, partial = set(), set(), 0
-    path = Path(run_dir) / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
+    lines = metrics_lines(run_dir) if has_metrics(run_dir) else []
     for line in lines:
         try:
             record = json.loads(line)
@@ -213,12 +213,11 @@ def summary_lines(run_dir: Path, last_k: int = 5) -> list[str]:
 
     run_dir = Path(run_dir)
     records = []
-    if (run_dir / "metrics.jsonl").exists():
-        for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    for line in metrics_lines(run_dir) if has_metrics(run_dir) else []:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
     steps = [r for r in records if r.get("kind") == "step"]
     evals = [r for r in records if r.get("kind") == "eval"]
     try:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from src.run_files import METRICS
 from src.run_vocab import now_iso
 
 TOKEN_SCHEMA = pa.schema([
@@ -60,7 +61,7 @@ class RunWriter:
         self.run_dir = Path(run_dir)
         self.tokens_dir = self.run_dir / "tokens"
         self.tokens_dir.mkdir(parents=True, exist_ok=True)
-        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.metrics_path = self.run_dir / METRICS  # plain while running; an export gzips it
         self.wandb_run = wandb_run
         self.last_step: int | None = None
         if config is not None:

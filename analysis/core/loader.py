@@ -17,19 +17,19 @@ from typing import Any
 import pandas as pd
 
 from analysis.core.cells import Grouping, cell_key
-from analysis.core.run_dirs import discover, identity, read_config, read_json, read_jsonl
+from analysis.core.run_dirs import discover, identity, read_config, read_json, read_metrics
 from analysis.core.runs import RUN_COLS, Run, RunSet, read_tokens, registry_traits
 from src._numerics import numerics_family
 
-__all__ = ["RUN_COLS", "Run", "RunSet", "load_runs", "read_jsonl", "read_tokens", "registry_traits"]
+__all__ = ["RUN_COLS", "Run", "RunSet", "load_runs", "read_metrics", "read_tokens", "registry_traits"]
 
 _PART_RE = re.compile(r"step_(\d+)")
 
 
 def _records(path: Path, notes: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """metrics.jsonl's step, update and eval records; a resumed run may re-log steps after
-    its last checkpoint, and the later record wins."""
-    records, jnotes = read_jsonl(path / "metrics.jsonl")
+    """The metrics file's step, update and eval records; a resumed run may re-log steps
+    after its last checkpoint, and the later record wins."""
+    records, jnotes = read_metrics(path)
     notes += jnotes
     by_kind: dict[str, list[dict[str, Any]]] = {"step": [], "update": [], "eval": []}
     for rec in records:

@@ -1,5 +1,6 @@
-"""The files of one run dir, read: where run dirs are, metrics.jsonl (a truncated last line
-dropped), config.yaml in today's method layout, and the run's identity."""
+"""The files of one run dir, read: where run dirs are, its metrics (metrics.jsonl, or
+metrics.jsonl.gz in an export, through src/run_files.py; a truncated last line dropped),
+config.yaml in today's method layout, and the run's identity."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from src.config_fields import ConfigError
+from src.run_files import EITHER, METRICS_NAMES, metrics_bytes, metrics_file
 from src.run_vocab import upgrade_method_layout
 
 _SKIP_DIRS = {"tokens", "checkpoints", "__pycache__"}
@@ -27,7 +30,7 @@ def shown_path(path: Path) -> str:
 
 
 def discover(roots: Iterable[Path]) -> tuple[list[tuple[Path, Path]], list[str]]:
-    """(root, dir) of every dir holding run artefacts (metrics.jsonl or status.json)."""
+    """(root, dir) of every dir holding run artefacts (either metrics file, or status.json)."""
     found, messages = [], []
     for root in roots:
         root = Path(root)
@@ -39,16 +42,17 @@ def discover(roots: Iterable[Path]) -> tuple[list[tuple[Path, Path]], list[str]]
             dirnames[:] = sorted(
                 d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS
             )
-            if "metrics.jsonl" in filenames or "status.json" in filenames:
+            if "status.json" in filenames or any(n in filenames for n in METRICS_NAMES):
                 found.append((root, Path(dirpath)))
                 dirnames[:] = []  # a run dir holds no other run dirs
     return found, messages
 
 
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Records of a metrics.jsonl; a truncated last line (crash mid-write) is dropped."""
+def read_metrics(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records of a run dir's metrics file, either form; a truncated last line (crash
+    mid-write) is dropped."""
     records, notes = [], []
-    lines = path.read_bytes().splitlines()
+    lines = metrics_bytes(run_dir).splitlines()
     last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
     for i, line in enumerate(lines):
         if not line.strip():
@@ -109,8 +113,11 @@ def read_config(path: Path) -> dict[str, Any] | str:
     """The run's config.yaml in today's method layout, or why it cannot be read."""
     if not (path / "config.yaml").is_file():
         return "missing config.yaml"
-    if not (path / "metrics.jsonl").is_file():
-        return "missing metrics.jsonl"
+    try:
+        if metrics_file(path) is None:
+            return f"missing {EITHER}"
+    except ConfigError as e:  # both forms: the message says which to delete
+        return str(e)
     try:
         cfg = yaml.load((path / "config.yaml").read_text(), Loader=_YAML_LOADER) or {}
     except (OSError, yaml.YAMLError) as e:

@@ -6,8 +6,8 @@ Each row: method, seed, sampled and greedy accuracy (step 0 -> final, final = th
 the last three evals, as the report's), the clip fraction over every update weighted by
 its loss tokens, the mean entropy of the first step -> the mean of the last five steps'
 means, the clip bounds the updates used with how many updates used each, and `wall_time_s`
-in minutes. Read from metrics.jsonl and meta.json, which an export keeps whole, so an
-exported run gives the numbers its run dir gave.
+in minutes. Read from metrics.jsonl (metrics.jsonl.gz in an export) and meta.json, which an
+export keeps whole, so an exported run gives the numbers its run dir gave.
 """
 
 from __future__ import annotations
@@ -20,15 +20,20 @@ from pathlib import Path
 import numpy as np
 
 from analysis.core.final import FINAL_EVALS  # the report's final window
+from src.config_fields import ConfigError
+from src.run_files import EITHER, metrics_file, metrics_records
 
 LAST_STEPS = 5
 
 
 def records(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        raise SystemExit(f"{run_dir}: no metrics.jsonl; give run dirs (…/seedN)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try:
+        path = metrics_file(run_dir)
+    except ConfigError as e:  # both forms: the message says which to delete
+        raise SystemExit(str(e)) from None
+    if path is None:
+        raise SystemExit(f"{run_dir}: no {EITHER}; give run dirs (…/seedN)")
+    return metrics_records(run_dir)
 
 
 def _start_and_final(evals: list[dict], key: str) -> tuple[float, float]:

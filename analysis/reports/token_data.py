@@ -26,6 +26,7 @@ import pandas as pd
 
 from analysis.core.loader import Run, RunSet, load_runs, read_tokens
 from analysis.core.run_dirs import shown_path
+from src.run_files import EITHER
 from src.run_vocab import NO_GRADIENT_STATES, upgrade_config
 
 ROW_COLUMNS = ["step", "update", "response_id", "group_id", "position", "token_id",
@@ -92,7 +93,7 @@ def open_run(path: Path) -> ViewRun:
         if others:
             raise ViewError(f"{path} is not a run dir but holds {len(others)} run dir(s), e.g. "
                             f"{others[0]}; pass one of them")
-        why = "; ".join(f"{reason}" for _, reason in runset.skipped) or "no metrics.jsonl"
+        why = "; ".join(f"{reason}" for _, reason in runset.skipped) or f"no {EITHER}"
         raise ViewError(f"{path}: not a usable run dir ({why})")
     run = here[0]
     if not run.token_parts:

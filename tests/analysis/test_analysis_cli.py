@@ -87,7 +87,8 @@ def test_nothing_to_read_exits_2_with_one_clear_line(tmp_path):
                                "--runs", str(runs), "--out", str(tmp_path / "out")],
                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, proc.stdout + proc.stderr
-        assert "nothing to plot: no usable run dirs (config.yaml + metrics.jsonl)" in proc.stdout
+        assert ("nothing to plot: no usable run dirs "
+                "(config.yaml + metrics.jsonl or metrics.jsonl.gz)") in proc.stdout
         assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
 
