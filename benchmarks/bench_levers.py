@@ -52,7 +52,9 @@ def run_once(a, overrides: list[str]) -> dict:
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}\nfailed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    from src.run_files import metrics_records  # the repo root is on sys.path (_setup, below)
+
+    records = metrics_records(run_dir)
     steps = [r for r in records if r["kind"] == "step"][a.warmup:]
     timed = {r["step"] for r in steps}
     updates = [r for r in records if r["kind"] == "update" and r["step"] in timed]
@@ -104,4 +106,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    import _setup  # noqa: F401 - this checkout's src first on sys.path
+
     main()

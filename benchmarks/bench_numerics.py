@@ -31,6 +31,7 @@ from pathlib import Path
 from _setup import REPO
 
 from src.pinning import pin_process
+from src.run_files import metrics_records
 
 if __name__ == "__main__":
     pin_process()  # pins (or not, numerics=native) before torch loads; its children too
@@ -64,8 +65,7 @@ def time_main_job(mode: str, steps: int) -> float:
         # a timing run without evals (src/preflight.py ENV_NO_EVAL)
         subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True,
                        env={**os.environ, "REPRO_NO_EVAL": "1"})
-        steps_s = [r["time_step_s"] for r in map(json.loads, (run / "metrics.jsonl").open())
-                   if r["kind"] == "step"][1:]
+        steps_s = [r["time_step_s"] for r in metrics_records(run) if r["kind"] == "step"][1:]
         isa = json.loads((run / "meta.json").read_text())["numerics"]["isa"]
     med = statistics.median(steps_s)
     print(f"  main job {mode:<9} {med:.3f} s/step ({isa} kernels)", flush=True)

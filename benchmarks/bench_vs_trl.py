@@ -57,6 +57,8 @@ from pathlib import Path
 
 from _setup import REPO  # this checkout first on sys.path; loads nothing of it
 
+from src.run_files import metrics_records
+
 ENGINES = ("project", "trl", "plug", "process")
 # The tiny default's work; --experiment takes an experiment's sizes and rate instead.
 TINY_WORK = {"prompts": 16, "group_size": 8, "max_new_tokens": 64, "staleness": 4, "lr": 5e-5}
@@ -155,7 +157,7 @@ def run_process(a) -> list[dict]:
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"python -m src.run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics_records(run_dir)
     steps = []
     for rec in (r for r in records if r["kind"] == "step"):
         gen, behaviour, total = rec["time_rollout_s"], rec["time_behavior_s"], rec["time_step_s"]

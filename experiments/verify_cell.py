@@ -5,13 +5,13 @@
     python experiments/verify_cell.py RUN_DIR [RUN_DIR ...] [--out DIR] [--keep]
     python experiments/verify_cell.py staleness_4x/bapo/seed1 --results experiments/results
 
-Each committed run dir (a dir with metrics.jsonl and meta.json; a dir given is searched for
-them) is rerun with the command that made it: `python -m src.run` with the overrides its
+Each committed run dir (a dir with metrics.jsonl, or metrics.jsonl.gz as an export keeps it,
+and meta.json; a dir given is searched for them) is rerun with the command that made it: `python -m src.run` with the overrides its
 meta.json records, in the numerics mode it records (src/_numerics.py), into a scratch dir
 (never into committed results). Before each rerun it prints the command as a user would type
 it, how long the committed run took, and, when the cell was made on another numerics family
 than this machine's, that the numbers will land in the seeds' interval, not bit for bit.
-Then every metrics.jsonl record must equal the committed one except `time_*` fields (keys
+Then every metrics record must equal the committed one except `time_*` fields (keys
 the committed records lack, i.e. telemetry added since, are listed, not compared), and
 every committed token row (a sample of whole responses) must equal the rerun's row for the
 same (step, update, response_id, position). The verdict per run:
@@ -52,6 +52,9 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: `src` is importable from the repo root
     sys.path.insert(0, str(REPO))
+from src.config_fields import ConfigError  # noqa: E402 - after the path above
+from src.run_files import EITHER, has_metrics, metrics_dirs, metrics_file, metrics_lines  # noqa: E402
+
 EXIT_IDENTICAL, EXIT_INSIDE, EXIT_NO_CELL, EXIT_RUN_FAILED, EXIT_OUTSIDE = 0, 1, 2, 3, 4
 SEVERITY = (EXIT_IDENTICAL, EXIT_INSIDE, EXIT_OUTSIDE, EXIT_RUN_FAILED)  # mildest first
 TOKEN_KEY = ["step", "update", "response_id", "position"]
@@ -65,9 +68,10 @@ FINAL_EVALS = 3  # "final" = the mean of the last three evals, as the reports ta
 _DROPPED_OVERRIDES = ("logger.progress=", "hydra.", "numerics=")
 
 
-def _records(path: Path) -> list[dict]:
+def _records(run_dir: Path) -> list[dict]:
+    """The run's metrics records (either form), without their `time_*` fields."""
     records = []
-    for line in path.read_text().splitlines():
+    for line in metrics_lines(run_dir):
         rec = json.loads(line)
         records.append({k: v for k, v in rec.items() if not k.startswith("time_")})
     return records
@@ -78,7 +82,7 @@ def compare_metrics(committed: Path, rerun: Path, limit: int = 5,
     """Differences in the committed records' keys (but `skip`). A key only this run writes
     is telemetry added since the cell was committed (`added_metrics`), not a difference in
     its numbers."""
-    a, b = _records(committed / "metrics.jsonl"), _records(rerun / "metrics.jsonl")
+    a, b = _records(committed), _records(rerun)
     problems = []
     if len(a) != len(b):
         problems.append(f"metrics.jsonl: {len(a)} committed records, {len(b)} in this run")
@@ -100,7 +104,7 @@ def compare_metrics(committed: Path, rerun: Path, limit: int = 5,
 
 def added_metrics(committed: Path, rerun: Path) -> list[str]:
     """Record keys this run writes that the committed cell's records do not have."""
-    a, b = _records(committed / "metrics.jsonl"), _records(rerun / "metrics.jsonl")
+    a, b = _records(committed), _records(rerun)
     return sorted({k for x, y in zip(a, b, strict=False) for k in set(y) - set(x)})
 
 
@@ -163,7 +167,7 @@ def compare_configs(committed: Path, rerun: Path) -> list[str]:
 
 def final_greedy(run_dir: Path) -> float | None:
     """The mean greedy accuracy of a run's last `FINAL_EVALS` evals; None without evals."""
-    evals = [r["greedy_accuracy"] for r in _records(run_dir / "metrics.jsonl")
+    evals = [r["greedy_accuracy"] for r in _records(run_dir)
              if r.get("kind") == "eval" and r.get("greedy_accuracy") is not None]
     tail = evals[-FINAL_EVALS:]
     return sum(tail) / len(tail) if tail else None
@@ -174,8 +178,7 @@ def seed_interval(run_dir: Path) -> tuple[float, float, float, int]:
     cell: its `seed*` siblings, the seeds a report pools."""
     from analysis.core.stats import mean_ci
 
-    finals = [final_greedy(d) for d in sorted(run_dir.parent.glob("seed*"))
-              if (d / "metrics.jsonl").is_file()]
+    finals = [final_greedy(d) for d in sorted(run_dir.parent.glob("seed*")) if has_metrics(d)]
     return mean_ci([f for f in finals if f is not None])
 
 
@@ -206,10 +209,10 @@ def verdict(committed: Path, rerun: Path, problems: list[str],
 
 
 def find_runs(path: Path) -> list[Path]:
-    """The committed run dirs at or below `path` (dirs with metrics.jsonl and meta.json)."""
-    if (path / "metrics.jsonl").is_file():
+    """The committed run dirs at or below `path` (dirs with a metrics file and meta.json)."""
+    if has_metrics(path):
         return [path]
-    return sorted(p.parent for p in path.rglob("metrics.jsonl") if (p.parent / "meta.json").is_file())
+    return [d for d in metrics_dirs(path) if (d / "meta.json").is_file()]
 
 
 def rerun_command(committed: Path, out: Path) -> list[str]:
@@ -301,6 +304,14 @@ def _fail(code: int, message: str) -> None:
     raise SystemExit(code)
 
 
+def _one_metrics_file(run_dir: Path) -> Path | None:
+    """The run dir's metrics file; a dir holding both forms is bad input (exit 2)."""
+    try:
+        return metrics_file(run_dir)
+    except ConfigError as e:
+        _fail(EXIT_NO_CELL, str(e))
+
+
 def resolve_cells(cells: list[str], results: Path) -> list[Path]:
     """Run dirs for the arguments: paths (a run dir or a dir of them), or the short form
     experiment/method/seedN under `results`. Every argument is checked before any rerun."""
@@ -309,8 +320,8 @@ def resolve_cells(cells: list[str], results: Path) -> list[Path]:
         path = Path(cell)
         if not path.exists() and re.fullmatch(r"[^/]+/[^/]+/seed\d+", cell.strip("/")):
             path = results / cell.strip("/")
-            if not (path / "metrics.jsonl").is_file():
-                _fail(EXIT_NO_CELL, f"no committed cell {cell}: {path} has no metrics.jsonl; "
+            if not has_metrics(path):
+                _fail(EXIT_NO_CELL, f"no committed cell {cell}: {path} has no {EITHER}; "
                                     f"list the cells with `ls {results}/*/*`")
         if not path.is_dir():
             _fail(EXIT_NO_CELL, f"{cell}: not a run dir, a dir of run dirs, or a cell like "
@@ -318,8 +329,10 @@ def resolve_cells(cells: list[str], results: Path) -> list[Path]:
         found = find_runs(path)
         if not found:
             _fail(EXIT_NO_CELL, f"{cell}: no committed run below it (a run dir holds "
-                                "metrics.jsonl and meta.json)")
+                                f"{EITHER} and meta.json)")
         runs.extend(found)
+    for run in runs:
+        _one_metrics_file(run)
     return runs
 
 
@@ -354,8 +367,8 @@ def main() -> None:
             _fail(EXIT_NO_CELL, f"--out {args.out} lies in committed results ({root}), which a "
                                 f"rerun never writes; give --out {runs_path_for(args.out)} (or "
                                 "leave it out: a temporary dir)")
-    if args.compare_dir is not None and not (args.compare_dir / "metrics.jsonl").is_file():
-        _fail(EXIT_NO_CELL, f"--compare-dir {args.compare_dir} has no metrics.jsonl: not a run dir")
+    if args.compare_dir is not None and _one_metrics_file(args.compare_dir) is None:
+        _fail(EXIT_NO_CELL, f"--compare-dir {args.compare_dir} has no {EITHER}: not a run dir")
     if args.compare_dir is not None:
         from src.lifecycle import read_status
 

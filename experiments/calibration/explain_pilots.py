@@ -21,16 +21,18 @@ from pathlib import Path
 if __package__ in (None, ""):
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
 
 import yaml  # noqa: E402
 from lag_pilots import HERE, row, write_table  # noqa: E402
+
+from src.run_files import has_metrics, metrics_records  # noqa: E402
 
 RENAMED = {"clip binds (A != 0)": "outside [0.8,1.2] against A (A != 0)"}
 
 
 def extra(run_dir: Path, delay: int) -> dict:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics_records(run_dir)
     updates = [r for r in records if r["kind"] == "update" and not r.get("skipped") and r["step"] >= delay]
     evals = [r["greedy_accuracy"] for r in records if r["kind"] == "eval"]
     capped = [u["behav_weight_capped_frac"] for u in updates if u.get("behav_weight_capped_frac") is not None]
@@ -45,7 +47,7 @@ def extra(run_dir: Path, delay: int) -> dict:
 def main() -> None:
     rows = []
     for d in sorted((HERE / "runs").glob("X*")):
-        if not (d / "seed0" / "metrics.jsonl").exists():
+        if not has_metrics(d / "seed0"):
             continue
         run_dir = d / "seed0"
         status = json.loads((run_dir / "status.json").read_text())

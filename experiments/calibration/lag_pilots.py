@@ -14,19 +14,24 @@ first and last 5 steps; held-out accuracy (greedy / sampled) at step 0 and at th
 
 from __future__ import annotations
 
-import json
 import statistics
+import sys
 from pathlib import Path
 
 import yaml
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parents[1]) not in sys.path:  # run as a script, only experiments/calibration is there
+    sys.path.insert(0, str(HERE.parents[1]))
+
+from src.run_files import has_metrics, metrics_records  # noqa: E402 - after the path above
+
 POS_CLIPPED_BINS, NEG_CLIPPED_BINS = (5, 6, 7), (0, 1, 2)  # r > 1.2 ; r <= 0.8 (bins of drift.py)
 
 
 def row(name: str, run_dir: Path, steady_from: int | None = None) -> dict:
     """`steady_from` overrides the first step read (default K, the delay)."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics_records(run_dir)
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     delay = (cfg.get("offpolicy") or {}).get("delay") or 0
     start = delay if steady_from is None else steady_from
@@ -71,7 +76,7 @@ def write_table(rows: list[dict], name: str, title: str, pattern: str) -> None:
 
 def main() -> None:
     rows = [row(d.name, d / "seed0") for d in sorted((HERE / "runs").glob("L*"))
-            if (d / "seed0" / "metrics.jsonl").exists()]
+            if has_metrics(d / "seed0")]
     write_table(rows, "lag_pilots", "Lag pilots (ppo, delay queue, 4 updates per rollout, seed 0)", "L*")
 
 

@@ -9,7 +9,7 @@ pilot's gain (last eval minus first) beside the +0.15 the testbed criterion asks
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -19,6 +19,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parents[1]) not in sys.path:  # run as a script, only experiments/calibration is there
+    sys.path.insert(0, str(HERE.parents[1]))
+
+from src.run_files import has_metrics, metrics_records  # noqa: E402 - after the path above
+
 TARGET_GAIN = 0.15
 # The curves drawn on the left: the optimizer and lr series on the default task (seed 0).
 CURVES = {
@@ -34,8 +39,7 @@ CURVES = {
 
 
 def evals(pilot: str, seed: int = 0) -> list[tuple[int, float]]:
-    path = HERE / "runs" / pilot / f"seed{seed}" / "metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = metrics_records(HERE / "runs" / pilot / f"seed{seed}")
     return [(r["step"], r["sampled_accuracy"]) for r in rows if r.get("kind") == "eval"]
 
 
@@ -46,7 +50,7 @@ def colour(label: str, i: int):
 
 def main() -> None:
     pilots = list(yaml.safe_load((HERE / "pilots.yaml").read_text())["pilots"])
-    done = [p for p in pilots if (HERE / "runs" / p / "seed0" / "metrics.jsonl").exists()]
+    done = [p for p in pilots if has_metrics(HERE / "runs" / p / "seed0")]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2), width_ratios=[1, 1.15])
     counts = {"A": 0, "S": 0}
     for pilot, label in CURVES.items():

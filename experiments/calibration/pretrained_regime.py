@@ -48,6 +48,7 @@ from testbed_targets import NEG_BAND, POS_BAND, TAIL_P  # noqa: E402
 
 from src.config_fields import config_exit  # noqa: E402
 from src.pinning import pin_process  # noqa: E402
+from src.run_files import EITHER, has_metrics, metrics_records  # noqa: E402
 
 pin_process()  # the numerics mode, before torch loads (its pilots were measured pinned)
 
@@ -115,7 +116,7 @@ def update_table(run_dir: Path) -> pd.DataFrame:
                          "outside_0.8_1.2": g["outside"].mean(),
                          "band_mass": g["band"].sum() / g["mass"].sum(),
                          "mean_abs_log_r": g["abs_log_r"].mean(), "tail": g["tail"].mean()})
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics_records(run_dir)
     updates = pd.DataFrame([r for r in records if r["kind"] == "update"])
     if "time_update_s" in updates:
         rows["time_update_s"] = updates.groupby("update")["time_update_s"].mean()
@@ -123,7 +124,7 @@ def update_table(run_dir: Path) -> pd.DataFrame:
 
 
 def step_times(run_dir: Path) -> dict:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics_records(run_dir)
     steps = [r for r in records if r["kind"] == "step"]
     keys = [k for k in steps[0] if k.startswith("time_")] if steps else []
     return {k: float(np.mean([s[k] for s in steps])) for k in keys}
@@ -142,7 +143,7 @@ def summary_row(run_dir: Path) -> dict:
     import yaml
 
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics_records(run_dir)
     steps = [r for r in records if r["kind"] == "step"]
     updates = [r for r in records if r["kind"] == "update" and not r.get("skipped")]
     evals = [r for r in records if r["kind"] == "eval"]
@@ -220,8 +221,8 @@ def main() -> None:
         print(write_summary(pd.concat([keep, new], ignore_index=True)))
         return
     for run_dir in args.runs:
-        if not (run_dir / "metrics.jsonl").is_file():
-            config_exit(f"{run_dir} is not a run dir (no metrics.jsonl)")
+        if not has_metrics(run_dir):
+            config_exit(f"{run_dir} is not a run dir (no {EITHER})")
         print(f"## {run_dir}")
         print(update_table(run_dir).to_string(float_format=lambda v: f"{v:.4f}"))
         print(json.dumps(step_times(run_dir)))

@@ -24,12 +24,13 @@ sys.path.insert(0, str(HERE.parents[1]))
 from analysis.core.search_outcomes import outcome  # noqa: E402
 from analysis.core.stats import mean_ci  # noqa: E402
 from src.algorithms import METHODS  # noqa: E402 - bapo's traits name its search records
+from src.run_files import has_metrics, metrics_records  # noqa: E402
 
 EDGE = 6  # steps averaged at each end of a run
 
 
 def run_summary(run_dir: Path) -> dict:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics_records(run_dir)
     kind = pd.DataFrame(records).groupby("kind")
     steps, evals = kind.get_group("step"), kind.get_group("eval").sort_values("step")
     updates = kind.get_group("update")
@@ -74,7 +75,7 @@ def main() -> None:
     rows = []
     for name in spec:
         for seed_dir in sorted((HERE / "runs" / name).glob("seed*")):
-            if (seed_dir / "metrics.jsonl").exists():
+            if has_metrics(seed_dir):
                 rows.append({"pilot": name, "seed": int(seed_dir.name[4:]), **run_summary(seed_dir)})
     if not rows:
         raise SystemExit("no exported pilots yet")

@@ -11,8 +11,9 @@ lies inside its range. Writes `testbed_judgement.md` and the per-run rows to
 
 Targets 3 and 5 need bapo 4x's whole token rows (band mass, length ratio), which an export
 thins to a sample: those runs must be read from `runs/` (or rerun there: the grid reruns bit
-for bit, experiments/verify_cell.py). Every other column comes from metrics.jsonl and
-meta.json, which the export keeps whole, so the ppo cells may be read from the exported root.
+for bit, experiments/verify_cell.py). Every other column comes from metrics.jsonl
+(metrics.jsonl.gz in an export) and meta.json, which the export keeps whole, so the ppo cells
+may be read from the exported root.
 Rows are merged into the CSV by (cell, pilot, seed): a measurement from whole token rows
 beats one from a sample, and a newer one an older; rows of runs whose dirs are gone stay as
 they were measured, so the judgement gathers its seeds over several sessions.

@@ -34,6 +34,7 @@ if str(HERE.parents[1]) not in sys.path:  # run as a script, only experiments/ca
     sys.path.insert(0, str(HERE.parents[1]))
 
 from experiments.export_results import SAMPLE_NAME  # noqa: E402 - the export's thinned token rows
+from src.run_files import EITHER, has_metrics, metrics_records  # noqa: E402
 
 CSV, MD = HERE / "testbed_pilots.csv", HERE / "testbed_pilots.md"
 FINAL_EVALS = 3
@@ -46,7 +47,7 @@ TAIL_P = 0.5  # a sampled token "from the tail": the behaviour policy gave it p 
 
 
 def _records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return metrics_records(run_dir)
 
 
 def accuracy(records: list[dict], key: str = "greedy_accuracy") -> tuple[float, float]:
@@ -165,9 +166,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path)
     args = parser.parse_args()
-    missing = [str(p) for p in args.runs if not (p / "metrics.jsonl").is_file()]
+    missing = [str(p) for p in args.runs if not has_metrics(p)]
     if missing:
-        print(f"not run dirs (no metrics.jsonl): {', '.join(missing)}", file=sys.stderr)
+        print(f"not run dirs (no {EITHER}): {', '.join(missing)}", file=sys.stderr)
         raise SystemExit(2)
     new = pd.DataFrame([summarize(p) for p in args.runs])
     old = pd.read_csv(CSV) if CSV.is_file() else new.iloc[:0]

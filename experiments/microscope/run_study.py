@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from src.config_fields import ConfigError, config_exit  # noqa: E402
+from src.run_files import has_metrics, metrics_bytes  # noqa: E402
 
 # checkpoint.every changes no number: a trunk stopped with its session loses at most 2 rollouts
 FIXED = ["train.threads=1", "logger.progress=false", "checkpoint.every=2"]
@@ -127,8 +128,8 @@ def status(jobs: list[list[str]]) -> list[str]:
         trunk = where / "trunk" / "status.json"
         state = json.loads(trunk.read_text())["status"] if trunk.exists() else "not started"
         steps = 0
-        if (where / "trunk" / "metrics.jsonl").exists():
-            steps = (where / "trunk" / "metrics.jsonl").read_text().count('"kind": "step"')
+        if has_metrics(where / "trunk"):
+            steps = metrics_bytes(where / "trunk").count(b'"kind": "step"')
         done = {}
         for name in ("branches", "horizons"):
             path = where / f"{name}.parquet"
