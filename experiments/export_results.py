@@ -3,30 +3,40 @@
     python experiments/export_results.py [--runs runs] [--out experiments/results]
                                          [--response-fraction 0.2]
 
-Per run it keeps config.yaml, status.json and metrics.jsonl in full (every step, update and
-eval record), meta.json with an `export` block added, and the token rows of a seeded sample
-of whole responses (each response with all its tokens, in every update that used it) in
-one Parquet file, `tokens/sampled.parquet`. Checkpoints are left out. The analysis loader
-reads the result like any run dir, so
+Per run it keeps config.yaml and status.json as they are, metrics.jsonl in full (every step,
+update and eval record, byte for byte) but gzip-compressed as `metrics.jsonl.gz`, meta.json
+with an `export` block added, and the token rows of a seeded sample of whole responses (each
+response with all its tokens, in every update that used it) in one Parquet file,
+`tokens/sampled.parquet`. Checkpoints are left out. Every reader of a run dir's metrics
+(src/run_files.py) reads metrics.jsonl.gz as the plain file, so the analysis loader reads
+the result like any run dir, and
 
     python analysis/make_figures.py --runs experiments/results --out figures
 
 redraws the committed figures. Token-level panels then see the sampled responses only:
 shares, medians and scatter shapes are estimates from that sample; every metric and
-curve (from metrics.jsonl) is exact.
+curve (from the metrics records) is exact.
+
+Why gzip: the records are most of an export (250-400 KB a run) and shrink about 6x; gzip is
+written with no file name and mtime 0 in its header, so two exports of one run are
+byte-identical. A run in progress writes plain metrics.jsonl (appended line by line, a
+crash loses at most a line); roots exported before keep it plain, and both forms read the
+same.
 
 Why whole responses rather than single rows: a response keeps its positions together, so
 per-response views (length, positions, reward) stay meaningful in the sample.
 
 Size: every clone carries every export, so one sweep's export should take at most about
 10 MiB (experiments/README.md lists each root's size). The last line printed is what this
-export wrote, and how much of it is token rows; over 10 MiB, one `warning:` line on stderr
-names the lever, --response-fraction (most committed roots used 0.02). metrics.jsonl is kept
-whole whatever the fraction, so the fraction shrinks the token rows only.
+export wrote (the files as written: metrics.jsonl.gz at its compressed size), and how much of
+it is token rows; over 10 MiB, one `warning:` line on stderr names the lever,
+--response-fraction (most committed roots used 0.02). The metrics are kept whole whatever the
+fraction, so the fraction shrinks the token rows only.
 
 Exit code 0 when the runs are exported; 2 with one `config error:` line, as `python -m
-src.run`, for bad input: a --response-fraction outside (0, 1], or no finished run dir under
---runs.
+src.run`, for bad input: a --response-fraction outside (0, 1], no finished run dir under
+--runs, or a finished run dir holding both metrics.jsonl and metrics.jsonl.gz (checked
+before anything is written).
 """
 
 from __future__ import annotations
@@ -46,9 +56,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # `python experiments/export_results.py` puts only experiments/ there
     sys.path.insert(0, str(REPO))
 
-from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
+from src.config_fields import ConfigError, config_exit  # noqa: E402 - exit 2, one line
+from src.run_files import metrics_file, write_metrics_gz  # noqa: E402
 
-KEEP_FILES = ("config.yaml", "status.json", "metrics.jsonl")
+KEEP_FILES = ("config.yaml", "status.json")  # copied as they are; the metrics are gzipped
 SAMPLE_NAME = "sampled.parquet"
 EXPORT_BUDGET_MIB = 10  # one sweep's export; every clone carries it (experiments/README.md)
 
@@ -85,6 +96,7 @@ def export_run(src: Path, dst: Path, fraction: float, run_key: str) -> tuple[int
     (dst / "tokens").mkdir(parents=True)
     for name in KEEP_FILES:
         shutil.copy2(src / name, dst / name)
+    write_metrics_gz(src, dst)
     parts = sorted((src / "tokens").glob("step_*.parquet"))
     table = pa.concat_tables([pq.read_table(p) for p in parts]) if parts else None
     total = table.num_rows if table is not None else 0
@@ -145,6 +157,11 @@ def main(argv: list[str] | None = None) -> None:
     if not runs:
         config_exit(f"no finished run dirs under {args.runs}; run a sweep first, or pass "
                     "--runs the folder its runs are in")
+    for src in runs:
+        try:
+            metrics_file(src)  # both forms in one dir: named before anything is written
+        except ConfigError as e:
+            config_exit(str(e))
     written = []
     for src in runs:
         rel = src.relative_to(args.runs)

@@ -6,9 +6,11 @@
 
 Each pilot is a list of overrides on top of `common` (pilots.yaml) and runs once per seed in
 runs/calibration/<pilot>/seed<N>/. A finished run is exported to
-experiments/calibration/runs/<pilot>/seed<N>/ (config, meta, status, metrics; no token rows,
-no checkpoints), which is what summarize.py reads and what is committed, so a session that
-ends loses no finished pilot. Exported pilots are skipped.
+experiments/calibration/runs/<pilot>/seed<N>/ (config, meta, status, and the metrics as
+metrics.jsonl.gz, as experiments/export_results.py keeps them; no token rows, no
+checkpoints), which is what summarize.py reads and what is committed, so a session that ends
+loses no finished pilot. Exported pilots are skipped; those exported before keep a plain
+metrics.jsonl, read the same (src/run_files.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-KEPT = ("config.yaml", "meta.json", "status.json", "metrics.jsonl")
+if str(REPO) not in sys.path:  # run as a script, only experiments/calibration is there
+    sys.path.insert(0, str(REPO))
+
+from src.run_files import METRICS, write_metrics_gz  # noqa: E402 - after the path above
+
+KEPT = ("config.yaml", "meta.json", "status.json")  # copied as they are; the metrics gzipped
 
 
 def load_pilots() -> tuple[list[str], dict[str, dict]]:
@@ -53,6 +60,8 @@ def run_cell(common: list[str], pilot: dict, name: str, seed: int) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for f in KEPT:
             shutil.copy2(run_dir / f, out / f)
+        (out / METRICS).unlink(missing_ok=True)  # an older export's plain copy: one form only
+        write_metrics_gz(run_dir, out)
     return rc
 
 

@@ -11,7 +11,8 @@ Each job is one trunk (a cell of the part's grid, seed outermost) run by
 `<--root>/<experiment>/<method>/[<other overrides>/]seed<s>`. A finished study is skipped and an
 unfinished one resumes (src/microscope/). Every job is checked before the first starts; a bad
 one exits 2 naming it. `--export` copies each finished study's tables and settings, and its
-trunk without checkpoints, with a 1-in-5 sample of the trunk's token rows.
+trunk as experiments/export_results.py exports a run (no checkpoints, its metrics.jsonl as
+metrics.jsonl.gz), with a 1-in-5 sample of the trunk's token rows.
 """
 
 from __future__ import annotations

@@ -58,6 +58,29 @@ def test_committed_report_regenerates_from_committed_results(tmp_path, monkeypat
     assert suite_dirs(figures) == suite_dirs(tmp_path)
 
 
+def test_a_gzipped_export_of_a_committed_root_gives_the_same_report(tmp_path, monkeypatch):
+    """Exports since keep metrics.jsonl gzipped (experiments/export_results.py); a committed
+    root with its metrics gzipped here (the standard library's gzip) must draw the same report."""
+    import gzip
+    import shutil
+
+    runs, figures = "experiments/paper_grid", FIGURES / "paper_grid"
+    if not ((ROOT / runs).is_dir() and (figures / "REPORT.md").is_file()):
+        pytest.skip(f"no committed results yet ({runs}, {figures / 'REPORT.md'})")
+    shutil.copytree(ROOT / runs, tmp_path / runs)
+    plain = sorted((tmp_path / runs).rglob("metrics.jsonl"))
+    assert plain
+    for path in plain:
+        path.with_name("metrics.jsonl.gz").write_bytes(gzip.compress(path.read_bytes(), mtime=0))
+        path.unlink()
+    monkeypatch.chdir(tmp_path)  # the report names its --runs argument as given
+    assert make_figures.main(["--runs", runs, "--out", str(tmp_path / "out"), "--formats", "png"]) == 0
+    written = [n for n in TEXT_OUTPUTS if (tmp_path / "out" / n).is_file()]
+    assert written == [n for n in TEXT_OUTPUTS if (figures / n).is_file()]
+    for name in written:
+        assert (tmp_path / "out" / name).read_text() == (figures / name).read_text(), name
+
+
 # Each lag report and the roots it was drawn from (experiments/testbed_lags/README.md: a lag
 # joins when its 8 seeds are in; 4x ppo is the on-policy reference at the lags' update size).
 LAG_REPORTS = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -26,8 +27,12 @@ def test_export_keeps_metrics_whole_and_whole_responses(tmp_path, write_run):
     rel = run.path.relative_to(src_root)
     total, kept = export.export_run(run.path, out / rel, 0.25, rel.as_posix())
     dst = out / rel
-    for name in ("config.yaml", "status.json", "metrics.jsonl"):
+    for name in ("config.yaml", "status.json"):
         assert (dst / name).read_bytes() == (run.path / name).read_bytes()
+    # the records byte for byte, gzipped (tests/analysis/test_export_metrics_gz.py)
+    assert gzip.decompress((dst / "metrics.jsonl.gz").read_bytes()) == (
+        run.path / "metrics.jsonl").read_bytes()
+    assert not (dst / "metrics.jsonl").exists()
     meta = json.loads((dst / "meta.json").read_text())
     assert meta["export"]["response_fraction"] == 0.25
     assert (meta["export"]["token_rows_source"], meta["export"]["token_rows_kept"]) == (total, kept)

@@ -16,12 +16,16 @@ import pytest
 
 from experiments import export_results as export
 from experiments import verify_cell as verify
+from src.run_files import METRICS_GZ, gzip_bytes, metrics_file, metrics_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write_records(run_dir: Path, records: list[dict]) -> None:
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    """Rewrite a run dir's records in the form it holds (an export keeps them gzipped)."""
+    text = "".join(json.dumps(r) + "\n" for r in records).encode()
+    path = metrics_file(run_dir)
+    path.write_bytes(gzip_bytes(text) if path.name == METRICS_GZ else text)
 
 
 def test_compare_finds_nothing_on_a_rerun_and_names_each_change(tmp_path, write_run):
@@ -48,8 +52,8 @@ def test_compare_finds_nothing_on_a_rerun_and_names_each_change(tmp_path, write_
     assert verify.added_metrics(committed, rerun) == ["masked_frac"]
     # A key the cell wrote as null and this run no longer writes is retired telemetry; a
     # retired key that held a number is still a difference.
-    original = (committed / "metrics.jsonl").read_text()
-    committed_lines = [json.loads(x) for x in original.splitlines()]
+    original = (committed / METRICS_GZ).read_bytes()  # an export keeps its records gzipped
+    committed_lines = [json.loads(x) for x in metrics_lines(committed)]
     committed_lines[0]["retired"] = None
     _write_records(committed, committed_lines)
     assert verify.compare_metrics(committed, rerun) == []
@@ -58,7 +62,7 @@ def test_compare_finds_nothing_on_a_rerun_and_names_each_change(tmp_path, write_
     assert verify.compare_metrics(committed, rerun) == [
         f"record 1 ({committed_lines[0].get('kind')} step {committed_lines[0].get('step')}) "
         "retired: committed 1.0, this run None"]
-    (committed / "metrics.jsonl").write_text(original)
+    (committed / METRICS_GZ).write_bytes(original)
 
     lines[3]["grad_norm"] = 0.5 if lines[3].get("grad_norm") != 0.5 else 0.25
     _write_records(rerun, lines[:-1])
