@@ -6,11 +6,12 @@
     python experiments/verify_cell.py staleness_4x/bapo/seed1 --results experiments/results
 
 Each committed run dir (a dir with metrics.jsonl, or metrics.jsonl.gz as an export keeps it,
-and meta.json; a dir given is searched for them) is rerun with the command that made it: `python -m src.run` with the overrides its
-meta.json records, in the numerics mode it records (src/_numerics.py), into a scratch dir
-(never into committed results). Before each rerun it prints the command as a user would type
-it, how long the committed run took, and, when the cell was made on another numerics family
-than this machine's, that the numbers will land in the seeds' interval, not bit for bit.
+and meta.json; a dir given is searched for them) is rerun with the command that made it:
+`python -m src.run` with the overrides its meta.json records, in the numerics mode it records
+(src/_numerics.py), into a scratch dir (never into committed results). Before each rerun it
+prints the command as a user would type it, how long the committed run took, and, when the
+cell was made on another numerics family than this machine's, that the numbers will land in
+the seeds' interval, not bit for bit.
 Then every metrics record must equal the committed one except `time_*` fields (keys
 the committed records lack, i.e. telemetry added since, are listed, not compared), and
 every committed token row (a sample of whole responses) must equal the rerun's row for the
@@ -53,7 +54,13 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: `src` is importable from the repo root
     sys.path.insert(0, str(REPO))
 from src.config_fields import ConfigError  # noqa: E402 - after the path above
-from src.run_files import EITHER, has_metrics, metrics_dirs, metrics_file, metrics_lines  # noqa: E402
+from src.run_files import (  # noqa: E402
+    EITHER,
+    has_metrics,
+    metrics_dirs,
+    metrics_file,
+    metrics_lines,
+)
 
 EXIT_IDENTICAL, EXIT_INSIDE, EXIT_NO_CELL, EXIT_RUN_FAILED, EXIT_OUTSIDE = 0, 1, 2, 3, 4
 SEVERITY = (EXIT_IDENTICAL, EXIT_INSIDE, EXIT_OUTSIDE, EXIT_RUN_FAILED)  # mildest first

@@ -74,11 +74,12 @@ def test_a_gzipped_export_of_a_committed_root_gives_the_same_report(tmp_path, mo
         path.with_name("metrics.jsonl.gz").write_bytes(gzip.compress(path.read_bytes(), mtime=0))
         path.unlink()
     monkeypatch.chdir(tmp_path)  # the report names its --runs argument as given
-    assert make_figures.main(["--runs", runs, "--out", str(tmp_path / "out"), "--formats", "png"]) == 0
-    written = [n for n in TEXT_OUTPUTS if (tmp_path / "out" / n).is_file()]
+    out = tmp_path / "out"
+    assert make_figures.main(["--runs", runs, "--out", str(out), "--formats", "png"]) == 0
+    written = [n for n in TEXT_OUTPUTS if (out / n).is_file()]
     assert written == [n for n in TEXT_OUTPUTS if (figures / n).is_file()]
     for name in written:
-        assert (tmp_path / "out" / name).read_text() == (figures / name).read_text(), name
+        assert (out / name).read_text() == (figures / name).read_text(), name
 
 
 # Each lag report and the roots it was drawn from (experiments/testbed_lags/README.md: a lag
