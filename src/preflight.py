@@ -140,18 +140,24 @@ def job_run_dir(raw: DictConfig, multirun: bool) -> Path:
 # -- this machine ------------------------------------------------------------------------
 
 
-def check_machine(cfg: Config) -> None:
-    """What the values alone cannot show: the packages they need, the numerics mode torch
-    loaded in, the device, the rollout engine, the task's data."""
+def check_numerics(cfg: Config) -> None:
+    """The config's numerics mode must be the one torch loaded in: a yaml (smol_4x_bf16's
+    `numerics: native`) cannot switch it, only the command line or the environment can."""
     from src._numerics import ENV_MODE, active_mode
 
-    check_installed(cfg)
     if cfg.numerics != active_mode():
         raise ConfigError(
             f"numerics: the config says {cfg.numerics!r} but torch loaded in {active_mode()!r} "
             "mode, and the instruction set is fixed when torch loads; give "
             f"numerics={cfg.numerics} on the command line or set {ENV_MODE}={cfg.numerics}, "
             "not in a yaml")
+
+
+def check_machine(cfg: Config) -> None:
+    """What the values alone cannot show: the packages they need, the numerics mode torch
+    loaded in, the device, the rollout engine, the task's data."""
+    check_installed(cfg)
+    check_numerics(cfg)
     if cfg.device.startswith("cuda"):
         import torch
 
