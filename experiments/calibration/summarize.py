@@ -27,6 +27,7 @@ from src.algorithms import METHODS  # noqa: E402 - bapo's traits name its search
 from src.run_files import has_metrics, metrics_records  # noqa: E402
 
 EDGE = 6  # steps averaged at each end of a run
+ACCURACY = ["sampled_accuracy", "greedy_accuracy"]
 
 
 def run_summary(run_dir: Path) -> dict:
@@ -36,6 +37,8 @@ def run_summary(run_dir: Path) -> dict:
     updates = kind.get_group("update")
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     meta = json.loads((run_dir / "meta.json").read_text())
+    # pilots that timed steps ran with both evals off: their eval records carry no accuracy
+    evals = evals.reindex(columns=[*evals.columns.difference(ACCURACY), *ACCURACY])
     first, last = evals.iloc[0], evals.iloc[-1]
     stale = updates[updates["update"] >= 1]
     head, tail = steps.head(EDGE), steps.tail(EDGE)
