@@ -4,7 +4,8 @@
     python experiments/calibration/run_pilots.py --all         # every pilot not yet exported
     python experiments/calibration/run_pilots.py --list
 
-Each pilot is a list of overrides on top of `common` (pilots.yaml) and runs once per seed in
+Each pilot is a list of overrides on top of `common` (pilots.yaml; a pilot with `common: false`
+takes its overrides alone) and runs once per seed in
 runs/calibration/<pilot>/seed<N>/. A finished run is exported to
 experiments/calibration/runs/<pilot>/seed<N>/ (config, meta, status, and the metrics as
 metrics.jsonl.gz, as experiments/export_results.py keeps them; no token rows, no
@@ -51,7 +52,9 @@ def exported(name: str, seed: int) -> Path:
 
 def run_cell(common: list[str], pilot: dict, name: str, seed: int) -> int:
     run_dir = REPO / "runs" / "calibration" / name / f"seed{seed}"
-    cmd = [sys.executable, "-m", "src.run", *common, *pilot["overrides"], f"seed={seed}",
+    # `common: false`: a pilot of another testbed, whose overrides are its whole command
+    shared = common if pilot.get("common", True) else []
+    cmd = [sys.executable, "-m", "src.run", *shared, *pilot["overrides"], f"seed={seed}",
            "logger.progress=false", f"hydra.run.dir={run_dir}"]
     print("$", " ".join(cmd[1:]), flush=True)
     rc = subprocess.run(cmd, cwd=REPO).returncode
