@@ -112,9 +112,14 @@ def judge(claims: list[Claim], tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
                      "p": boot.p if tested else math.nan, "verdict": raw, "_boot": boot})
     out = with_holm(pd.DataFrame(rows))
     m = max(int(out["tests"].iloc[0]), 1) if len(out) else 1
+    # a pilot row is not tested; how far it is from settled is read at the level it would
+    # face in a whole study, where every directional row is tested
+    planned = max(sum(1 for c in claims if DIRECTIONS[c.direction] != 0), 1)
     out["states_needed"] = [
-        states_needed(b, ALPHA / m) if v == "not settled" else math.nan
-        for b, v in zip(out["_boot"], out["holm_verdict"], strict=True)]
+        states_needed(b, ALPHA / m) if v == "not settled"
+        else states_needed(b, ALPHA / planned) if v.startswith("pilot") and DIRECTIONS[d] != 0
+        else math.nan
+        for b, v, d in zip(out["_boot"], out["holm_verdict"], out["direction"], strict=True)]
     return out.drop(columns="_boot")
 
 

@@ -145,4 +145,6 @@ def _header(meta: list[dict], branches: pd.DataFrame, horizons: pd.DataFrame) ->
             "Intervals: two-stage cluster bootstrap (trunk seeds, then rollouts within them; "
             "docs/statistics.md). A row with fewer than 3 trunks is a pilot and gets no verdict. "
             "`states needed`: states at this design that would settle a not-settled row at the "
-            "table's Bonferroni level with 80% power, from its measured mean and spread.", ""]
+            "table's Bonferroni level with 80% power, from its measured mean and spread; for a "
+            "pilot row, at the level of a whole study that tests every directional row (an "
+            "order of magnitude: with 2 trunks the spread is itself uncertain).", ""]

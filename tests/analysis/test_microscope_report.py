@@ -99,8 +99,14 @@ def test_verdicts_pilots_and_holm():
     assert judged.loc["none - zero", "states_needed"] > 0
     assert judged.loc["up - zero", "agree"] == "3 of 3"
     assert judged["tests"].iloc[0] == 3
-    two = judge(claims[:1], {"branches": table[table["seed"] < 2]})
+    two = judge(claims, {"branches": table[table["seed"] < 2]})
     assert two["verdict"].iloc[0] == "pilot (2 trunks)" and math.isnan(two["p"].iloc[0])
+    # a pilot is not tested, yet says how far it is from settled: the states it would need
+    # at the level of a whole study's 3 directional rows, from its own spread
+    boot = cluster_bootstrap(differences(claims[1], {"branches": table[table["seed"] < 2]}), "value")
+    z = 2.3939 + 0.8416  # z of 1 - 0.05 / 3 / 2 and of 0.8
+    assert two.set_index("compared").loc["none - zero", "states_needed"] == pytest.approx(
+        boot.n * (z * boot.se / boot.mean) ** 2, rel=1e-3)
     assert verdict(Boot(math.nan, math.nan, math.nan, math.nan, math.nan, 0, 0, ()), 1) == "no data"
 
 
