@@ -65,21 +65,30 @@ def draw_entropy_by_arm(branches: pd.DataFrame, out: Path, formats, dpi) -> list
 def draw_insight2(branches: pd.DataFrame, out: Path, formats, dpi) -> list[Path]:
     effects = own_effects(branches, "d_entropy").set_index("arm")
     names = [c for c in CLASS_SIGNS if f"mask:{c}" in effects.index]
-    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    fig, ax = plt.subplots(figsize=(7.5, 4.0))
     for i, c in enumerate(names):
         e = effects.loc[f"mask:{c}"]
         ax.errorbar([i], [e["mean"]], yerr=[[e["mean"] - e["low"]], [e["high"] - e["mean"]]],
                     fmt="o", color="#1f77b4", capsize=4)
-        ax.annotate("paper: " + ("rises" if CLASS_SIGNS[c] > 0 else "falls"), (i, e["high"]),
-                    textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+        rises = CLASS_SIGNS[c] > 0  # the label on the side the paper predicts, off the zero line
+        ax.annotate("paper: " + ("rises" if rises else "falls"), (i, e["high" if rises else "low"]),
+                    textcoords="offset points", xytext=(0, 6 if rises else -6), ha="center",
+                    va="bottom" if rises else "top", fontsize=8)
     ax.axhline(0.0, color="black", lw=0.8)
-    ax.set_xticks(range(len(names)), [CLASS_LABELS[c] for c in names])
+    ax.set_xticks(range(len(names)), [f"{CLASS_LABELS[c]}\n{_size(effects.loc[f'mask:{c}'])}"
+                                      for c in names])
     ax.margins(y=0.25)  # room for the labels above the intervals
     ax.set_ylabel("entropy change, class mask - zero step")
     ax.set_title("Insight 2 measured: one update on one token class\n"
                  "p below/above the mini-batch median, by the sign of A")
     fig.tight_layout()
     return save(fig, out, "fig_microscope_insight2", formats, dpi)
+
+
+def _size(effect: pd.Series) -> str:
+    """How many states and trunks an interval stands on; under 3 trunks it is a pilot."""
+    pilot = " (a pilot)" if effect["trunks"] < 3 else ""
+    return f"{int(effect['states'])} states\n{int(effect['trunks'])} trunks{pilot}"
 
 
 def draw_logp_vs_share(branches: pd.DataFrame, out: Path, formats, dpi) -> list[Path]:

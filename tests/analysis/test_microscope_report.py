@@ -129,7 +129,7 @@ def test_the_report_from_study_dirs(tmp_path):
     path = write_report([tmp_path / "studies"], claims, tmp_path / "out")
     text = path.read_text()
     assert "3 studies from commit(s) abc1234; 36 branched states" in text
-    assert "| E1 |" in text and "held (held)" in text
+    assert "| E1 |" in text and "| 3 of 3 | held |" in text
     assert "| p low, A > 0 | rises |" in text and "| p high, A > 0 | falls |" in text
     for name in ("entropy_by_arm", "insight2", "logp_vs_share"):
         assert (tmp_path / "out" / f"fig_microscope_{name}.png").stat().st_size > 0
@@ -151,7 +151,7 @@ def test_the_cli_refuses_a_missing_dir_and_a_sweep_without_claims(tmp_path, caps
 def test_the_committed_report_regenerates_from_the_committed_studies(tmp_path):
     from tests.conftest import REPO
 
-    assert report_main(["--studies", str(REPO / "experiments/microscope/pilots/parts_1_2_at_0004"),
+    assert report_main(["--studies", str(REPO / "experiments/microscope/pilots/parts_1_2_at_0447"),
                         "--out", str(tmp_path)]) == 0
     committed = (REPO / "figures" / "microscope" / "REPORT.md").read_text()
     assert (tmp_path / "REPORT.md").read_text() == committed
