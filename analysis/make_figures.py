@@ -185,13 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             part = runs.subset(lambda r, suite=suite: r.suite == suite and r.run_id not in apart)
             where = "." if i == 0 else f"{SUITES_DIR}/{part.runs[0].suite_slug}"
             print(f"suite {suite} ({len(part.runs)} runs) -> {out / where}")
-            opts = Options(
-                out=staged / where,
-                formats=tuple(args.formats),
-                dpi=args.dpi,
-                smooth=args.smooth,
-                last_k=args.last_k,
-            )
+            opts = Options(out=staged / where, formats=tuple(args.formats), dpi=args.dpi,
+                           smooth=args.smooth, last_k=args.last_k)
             drawn = draw_figures(FIGURES, part, opts, args.only)
             figures.append(SuiteFigures(suite, where, [f.name for f in drawn.made],
                                         drawn.skipped + drawn.failed))
