@@ -176,9 +176,10 @@ def build_evaluator(cfg: Config, model, tokenizer, task, format_prompt, backend=
     return evaluate
 
 
-def compose_config(overrides: list[str]) -> Config:
+def compose_config(overrides: list[str], *, installed: bool = True) -> Config:
     """conf/config.yaml composed with `overrides` (as `python -m src.run` composes it),
-    validated, and what its values need installed here checked (src/preflight.py)."""
+    validated, and (`installed`) what its values need installed here checked
+    (src/preflight.py); a reader of configs alone, such as a test, may skip that check."""
     from hydra import compose, initialize_config_dir
 
     from src.config import validate
@@ -186,7 +187,8 @@ def compose_config(overrides: list[str]) -> Config:
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = validate(compose(config_name="config", overrides=list(overrides)))
-    check_installed(cfg)
+    if installed:
+        check_installed(cfg)
     return cfg
 
 

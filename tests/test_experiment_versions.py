@@ -9,20 +9,15 @@ from __future__ import annotations
 
 import pytest
 
+from src.build import compose_config
 from src.config import to_container
 
 
 def compose(overrides: list[str]):
-    """The validated Config, as `python -m src.run` composes it, without the check of what
-    its values need installed: these tests read configs, and CI has no model package."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    """The validated Config, without the check of what its values need installed: these
+    tests read configs, and CI has no model package."""
+    return compose_config(overrides, installed=False)
 
-    from src.config import validate
-    from src.preflight import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return validate(hydra_compose(config_name="config", overrides=list(overrides)))
 
 V2_CHANGES = {
     ("experiment", "name"): ("smol_4x", "smol_4x_v2"),
