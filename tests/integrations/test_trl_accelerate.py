@@ -4,12 +4,10 @@ The slowest tier (two processes, about a minute on 2 cores), but CI runs it: onl
 writes the run dir, the run dir is complete, and its token rows cover both ranks' responses.
 The launch takes a free port, and a failed launch prints each rank's whole log.
 
-Its one failure on record (a reviewer's suite run, 2-core AMD EPYC: rank 1 died of SIGABRT
-while the other test worker was busy, the cause lost with the log) was not reproduced: at
-ec0e2a6, 10 launches of this test's command, 4 and then 6 at a time beside two busy loops
-(every rank starved to a fraction of a core), all exited 0 with clean logs. What is known to
-abort a gloo rank is a peer that goes away while its connections are open, so the launcher
-now closes the process group in order after training (src/integrations/trl_launch.py).
+Its one failure on record (rank 1 died of SIGABRT while the other test worker was busy)
+has no known cause: what was tried to reproduce it, none of which aborted, is in
+docs/integrations.md ("The accelerate test's one failure"). A repeat prints each rank's whole
+log and Python stack, so it names its cause.
 """
 
 from __future__ import annotations
