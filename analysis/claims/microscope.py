@@ -104,8 +104,8 @@ def judge(claims: list[Claim], tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         boot = cluster_bootstrap(differences(c, tables), "value")
         raw = verdict(boot, DIRECTIONS[c.direction])
         tested = raw in ("held", "not held", "not settled")
-        rows.append({"id": c.id, "claim": c.claim, "compared": c.compared, "metric": c.metric,
-                     "paper": c.paper, "expect": c.expect, "direction": c.direction,
+        rows.append({"id": c.id, "claim": c.claim, "table": c.table, "compared": c.compared,
+                     "metric": c.metric, "paper": c.paper, "expect": c.expect, "direction": c.direction,
                      "mean": boot.mean, "low": boot.low, "high": boot.high, "se": boot.se,
                      "states": boot.n, "trunks": boot.clusters,
                      "agree": _agreeing(boot, DIRECTIONS[c.direction]),

@@ -8,7 +8,8 @@ CSV, never typed in. Fill README.md's table between its markers:
 
     python -m analysis.reports.readme_table README.md
 
-or print the table with no argument. tests/analysis/test_readme_table.py fails when the
+(which also fills the microscope's table: analysis/reports/readme_microscope.py), or print
+the claims table with no argument. tests/analysis/test_readme_table.py fails when the
 README's table and the data disagree.
 """
 
@@ -26,6 +27,7 @@ if __package__ in (None, ""):  # run as a script: make `analysis` importable fro
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from analysis.core.multiplicity import PILOT, pilot_label  # noqa: E402
+from analysis.reports import readme_microscope  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         text = args.readme.read_text()
-        new = fill(text)
+        new = readme_microscope.fill(fill(text))
     except (OSError, ValueError, LookupError) as e:
         print(f"readme_table: {e}", file=sys.stderr)
         return 2

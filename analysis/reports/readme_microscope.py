@@ -1,0 +1,69 @@
+"""The README's microscope table, generated from the microscope report's claims data.
+
+The rows shown are declared below (`SHOWN`, claim ids of figures/microscope/claims.csv);
+everything a row says (the measured mean and interval, the grain, the trunks agreeing, the
+verdict, the states a row would need) is read from that CSV, never typed in.
+`python -m analysis.reports.readme_table README.md` fills this block with the claims table;
+tests/analysis/test_readme_microscope.py fails when the README and the data disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+START, END = "<!-- microscope:start -->", "<!-- microscope:end -->"
+CLAIMS = "figures/microscope/claims.csv"
+# Insight 2's four classes, Sec. 4.1's two bounds, what BAPO's update does, Fig. 5, and the
+# short-horizon accuracy: one row for each mechanism claim the README names
+SHOWN = ("E1.high_pos", "E1.low_neg", "E1.low_pos", "E1.high_neg", "E2.raise_high",
+         "E2.lower_low", "E3.share", "E3.share_b32", "E3.entropy", "E3.logp", "E4.low_pos",
+         "E5.bapo", "E5.clip_higher")
+GRAIN = {"branches": "one update", "horizons": "short horizon"}  # claims.csv's `table`
+HEADER = ["claim (paper)", "paper", "grain", "measured: mean [95% cluster bootstrap]",
+          "trunks agreeing", "verdict", "states needed"]
+
+
+def number(x: float) -> str:
+    """Three significant digits with a sign: '-0.0093', '+0.213', '+1.83'."""
+    return f"{x:+.3g}"
+
+
+def row_cells(row: pd.Series) -> list[str]:
+    if not row["states"]:  # a claim with no data yet (its part has not run)
+        measured, needed = "no data yet", "-"
+    else:
+        measured = (f"{number(row['mean'])} [{number(row['low'])}, {number(row['high'])}], "
+                    f"{int(row['states'])} states")
+        needed = "-" if math.isnan(row["states_needed"]) else f"~{math.ceil(row['states_needed'])}"
+    judged = (row["verdict"] if row["holm_verdict"] == row["verdict"]
+              else f"{row['verdict']}; {row['holm_verdict']} after Holm")
+    return [f"{row['claim']} ({row['id']})", row["paper"], GRAIN[row["table"]], measured,
+            row["agree"] if isinstance(row["agree"], str) else "-", judged, needed]
+
+
+def table(root: Path = ROOT) -> str:
+    claims = pd.read_csv(root / CLAIMS)
+    claims = claims.set_index("id", drop=False)
+    missing = [i for i in SHOWN if i not in claims.index]
+    if missing:
+        raise LookupError(f"{CLAIMS}: no row {', '.join(missing)}; fix SHOWN in {__name__}")
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    for i in SHOWN:
+        cells = row_cells(claims.loc[i])
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def fill(text: str, root: Path = ROOT) -> str:
+    """`text` with the block between its markers made afresh; an error naming the markers
+    when it has none."""
+    if text.count(START) != 1 or text.count(END) != 1:
+        raise ValueError(f"the README needs one {START} line and one {END} line around its "
+                         "microscope table")
+    head, rest = text.split(START + "\n", 1)
+    _, tail = rest.split(END, 1)
+    return head + START + "\n" + table(root) + END + tail

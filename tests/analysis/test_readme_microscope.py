@@ -1,0 +1,58 @@
+"""The README's microscope table is what analysis/reports/readme_microscope.py makes from
+the microscope report's claims data, and each cell reads its row as written by hand here."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.reports import readme_microscope
+from analysis.reports.readme_microscope import END, START, fill, row_cells
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_readme_microscope_table_is_the_claims_data():
+    text = (ROOT / "README.md").read_text()
+    assert fill(text) == text, ("README.md's microscope table disagrees with "
+                                "figures/microscope/claims.csv: "
+                                "python -m analysis.reports.readme_table README.md")
+
+
+def test_every_shown_claim_is_a_row_with_a_known_grain():
+    claims = pd.read_csv(ROOT / readme_microscope.CLAIMS).set_index("id")
+    for claim_id in readme_microscope.SHOWN:
+        assert claims.loc[claim_id, "table"] in readme_microscope.GRAIN, claim_id
+
+
+def _row(**over) -> pd.Series:
+    row = {"id": "E9.x", "claim": "a claim", "paper": "> 0", "table": "branches",
+           "mean": -0.00930067, "low": -0.0162859, "high": -0.00364251, "states": 60,
+           "agree": "2 of 2", "verdict": "pilot (2 trunks)", "holm_verdict": "pilot (2 trunks)",
+           "states_needed": 110.85}
+    return pd.Series({**row, **over})
+
+
+def test_a_row_reads_its_numbers_grain_verdict_and_states_needed():
+    assert row_cells(_row()) == ["a claim (E9.x)", "> 0", "one update",
+                                 "-0.0093 [-0.0163, -0.00364], 60 states", "2 of 2",
+                                 "pilot (2 trunks)", "~111"]
+    later = row_cells(_row(table="horizons", verdict="held", holm_verdict="not settled",
+                           states_needed=math.nan, mean=1.8306, low=1.2542, high=2.3176))
+    assert later[2:] == ["short horizon", "+1.83 [+1.25, +2.32], 60 states", "2 of 2",
+                         "held; not settled after Holm", "-"]
+    unrun = row_cells(_row(states=0, agree=math.nan, verdict="no data", holm_verdict="no data"))
+    assert unrun[3:] == ["no data yet", "-", "no data", "-"]
+
+
+def test_fill_needs_its_markers_and_a_shown_id_needs_its_row(tmp_path):
+    with pytest.raises(ValueError, match="microscope:start"):
+        fill("no table here\n")
+    assert fill(f"a\n{START}\nold\n{END}\nb\n").startswith(f"a\n{START}\n| claim (paper) |")
+    (tmp_path / "figures" / "microscope").mkdir(parents=True)
+    pd.DataFrame([_row(id="E1.high_pos")]).to_csv(tmp_path / readme_microscope.CLAIMS, index=False)
+    with pytest.raises(LookupError, match="E1.low_neg"):
+        readme_microscope.table(tmp_path)
