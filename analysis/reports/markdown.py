@@ -65,6 +65,16 @@ def holm_counts(claims: pd.DataFrame) -> str:
             f"{verdict_counts(claims, 'holm_verdict')}.")
 
 
+def between_markers(text: str, start: str, end: str, body: str, what: str) -> str:
+    """`text` with what lies between its `start` and `end` lines replaced by `body`; an error
+    naming the markers (and `what` they hold) when it has not exactly one of each."""
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise ValueError(f"the README needs one {start} line and one {end} line around its {what}")
+    head, rest = text.split(start + "\n", 1)
+    _, tail = rest.split(end, 1)
+    return head + start + "\n" + body + end + tail
+
+
 def md_table(df: pd.DataFrame) -> str:
     cells = df.astype(str).map(lambda v: v.replace("|", "\\|").replace("\n", " "))
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]

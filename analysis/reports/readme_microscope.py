@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.reports.markdown import between_markers
+
 ROOT = Path(__file__).resolve().parents[2]
 START, END = "<!-- microscope:start -->", "<!-- microscope:end -->"
 CLAIMS = "figures/microscope/claims.csv"
@@ -59,11 +61,5 @@ def table(root: Path = ROOT) -> str:
 
 
 def fill(text: str, root: Path = ROOT) -> str:
-    """`text` with the block between its markers made afresh; an error naming the markers
-    when it has none."""
-    if text.count(START) != 1 or text.count(END) != 1:
-        raise ValueError(f"the README needs one {START} line and one {END} line around its "
-                         "microscope table")
-    head, rest = text.split(START + "\n", 1)
-    _, tail = rest.split(END, 1)
-    return head + START + "\n" + table(root) + END + tail
+    """`text` with the block between its markers made afresh."""
+    return between_markers(text, START, END, table(root), "microscope table")

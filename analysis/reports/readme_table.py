@@ -28,6 +28,7 @@ if __package__ in (None, ""):  # run as a script: make `analysis` importable fro
 
 from analysis.core.multiplicity import PILOT, pilot_label  # noqa: E402
 from analysis.reports import readme_microscope  # noqa: E402
+from analysis.reports.markdown import between_markers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -180,14 +181,8 @@ def table(root: Path = ROOT) -> str:
 
 
 def fill(text: str, root: Path = ROOT) -> str:
-    """`text` with the table between its markers made afresh; an error naming the markers
-    when it has none."""
-    if text.count(START) != 1 or text.count(END) != 1:
-        raise ValueError(f"the README needs one {START} line and one {END} line around its "
-                         "claims table")
-    head, rest = text.split(START + "\n", 1)
-    _, tail = rest.split(END, 1)
-    return head + START + "\n" + table(root) + END + tail
+    """`text` with the table between its markers made afresh."""
+    return between_markers(text, START, END, table(root), "claims table")
 
 
 def main(argv: list[str] | None = None) -> int:
