@@ -75,3 +75,42 @@ def states_needed(boot: Boot, alpha: float, power: float = 0.8) -> float:
         return math.nan
     z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
     return boot.n * (z * boot.se / boot.mean) ** 2
+
+
+@dataclass(frozen=True)
+class TrunkT:
+    low: float  # the 95% t-interval of the mean of the trunks' own means
+    high: float
+    p: float  # two-sided, t with trunks - 1 degrees of freedom
+    sd: float  # the sd of the trunks' means
+
+
+def trunk_t(boot: Boot) -> TrunkT:
+    """The t-interval over the trunks' own means (trunks - 1 degrees of freedom): exact for
+    normal trunk means whatever the correlation within a trunk, where the bootstrap's first
+    stage, with 3-4 trunks, covers as little as 0.76-0.85 once trunks differ
+    (experiments/microscope/bootstrap_coverage.py)."""
+    from analysis.core.power import t_quantile
+    from analysis.core.stats import t_sf
+
+    g = len(boot.cluster_means)
+    if g < 2:
+        return TrunkT(math.nan, math.nan, math.nan, math.nan)
+    means = np.asarray(boot.cluster_means)
+    mean, sd = float(means.mean()), float(means.std(ddof=1))
+    if sd == 0:
+        return TrunkT(mean, mean, 0.0 if mean else 1.0, 0.0)
+    half = t_quantile(0.975, g - 1) * sd / math.sqrt(g)
+    return TrunkT(mean - half, mean + half, 2 * t_sf(abs(mean) / (sd / math.sqrt(g)), g - 1), sd)
+
+
+def trunks_needed(boot: Boot, alpha: float, power: float = 0.8) -> float:
+    """Trunks (each as many states as these) that a t-test over trunk means at `alpha` would
+    need to settle the measured mean with `power`, from the trunks' measured sd: more states
+    of the same trunks cannot shrink the trunk-to-trunk part. An order of magnitude."""
+    from analysis.core.power import seeds_needed
+
+    spread = trunk_t(boot).sd
+    if not (spread > 0 and boot.mean):
+        return math.nan
+    return float(seeds_needed(boot.mean, spread, alpha, power))

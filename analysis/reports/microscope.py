@@ -50,18 +50,24 @@ def fmt(x: float, digits: int = 4) -> str:
 
 def claims_table(judged: pd.DataFrame) -> list[str]:
     lines = ["| id | claim | compared | paper | expected before the runs | measured (95% cluster bootstrap) "
-             "| trunks agreeing | verdict (after Holm where it differs) | states needed |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| 95% t over trunk means | trunks agreeing | verdict (after Holm where it differs) "
+             "| states needed | trunks needed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in judged.itertuples():
         measured = (f"{fmt(r.mean)} [{fmt(r.low)}, {fmt(r.high)}], {r.states} states"
                     if r.states else "no data")
-        needed = "-" if math.isnan(r.states_needed) else f"~{math.ceil(r.states_needed)}"
+        over_trunks = "-" if math.isnan(r.t_low) else f"[{fmt(r.t_low)}, {fmt(r.t_high)}]"
         # the raw verdict, and Holm's where it differs (a pilot or no data has no Holm step)
         judged_as = (r.verdict if r.holm_verdict == r.verdict
                      else f"{r.verdict}; after Holm {r.holm_verdict}")
         lines.append(f"| {r.id} | {r.claim} | {r.compared} ({r.metric}) | {r.paper} | {r.expect} | "
-                     f"{measured} | {r.agree} | {judged_as} | {needed} |")
+                     f"{measured} | {over_trunks} | {r.agree} | {judged_as} | "
+                     f"{_needed(r.states_needed)} | {_needed(r.trunks_needed)} |")
     return lines
+
+
+def _needed(count: float) -> str:
+    return "-" if math.isnan(count) else f"~{math.ceil(count)}"
 
 
 def insight2_table(branches: pd.DataFrame) -> list[str]:
@@ -145,9 +151,13 @@ def _header(meta: list[dict], branches: pd.DataFrame, horizons: pd.DataFrame) ->
             f"{n_states} branched states, "
             f"{0 if horizons.empty else len(horizons)} short-horizon rows. Trunks:", "",
             *[f"- `{t}`" for t in trunks], "",
-            "Intervals: two-stage cluster bootstrap (trunk seeds, then rollouts within them; "
-            "docs/statistics.md). A row with fewer than 3 trunks is a pilot and gets no verdict. "
-            "`states needed`: states at this design that would settle a not-settled row at the "
-            "table's Bonferroni level with 80% power, from its measured mean and spread; for a "
-            "pilot row, at the level of a whole study that tests every directional row (an "
-            "order of magnitude: with 2 trunks the spread is itself uncertain).", ""]
+            "Intervals: two-stage cluster bootstrap (trunk seeds, then rollouts within them), "
+            "and the t-interval over the trunks' own means; a verdict needs both to exclude 0 "
+            "on the same side, since the bootstrap alone covers only 0.76-0.85 at 3-4 trunks "
+            "once trunks differ (docs/statistics.md). A row with fewer than 3 trunks is a pilot "
+            "and gets no verdict. `states needed`: states at this design that would settle a "
+            "not-settled row at the table's Bonferroni level with 80% power, from its measured "
+            "mean and bootstrap spread; `trunks needed`: trunks of this size that the t-test "
+            "over trunk means would need, from their measured sd. For a pilot row both are "
+            "read at the level of a whole study that tests every directional row: orders of "
+            "magnitude (with 2 trunks the spread is itself uncertain).", ""]

@@ -1,8 +1,8 @@
 """The README's microscope table, generated from the microscope report's claims data.
 
 The rows shown are declared below (`SHOWN`, claim ids of figures/microscope/claims.csv);
-everything a row says (the measured mean and interval, the grain, the trunks agreeing, the
-verdict, the states a row would need) is read from that CSV, never typed in.
+everything a row says (the measured mean, its bootstrap and trunk-mean intervals, the grain,
+the trunks agreeing, the verdict, the states and trunks a row would need) is read from that CSV, never typed in.
 `python -m analysis.reports.readme_table README.md` fills this block with the claims table;
 tests/analysis/test_readme_microscope.py fails when the README and the data disagree.
 """
@@ -26,7 +26,8 @@ SHOWN = ("E1.high_pos", "E1.low_neg", "E1.low_pos", "E1.high_neg", "E2.raise_hig
          "E5.bapo", "E5.clip_higher")
 GRAIN = {"branches": "one update", "horizons": "short horizon"}  # claims.csv's `table`
 HEADER = ["claim (paper)", "paper", "grain", "measured: mean [95% cluster bootstrap]",
-          "trunks agreeing", "verdict", "states needed"]
+          "95% t over trunk means", "trunks agreeing", "verdict", "states needed",
+          "trunks needed"]
 
 
 def number(x: float) -> str:
@@ -36,15 +37,21 @@ def number(x: float) -> str:
 
 def row_cells(row: pd.Series) -> list[str]:
     if not row["states"]:  # a claim with no data yet (its part has not run)
-        measured, needed = "no data yet", "-"
+        measured = "no data yet"
     else:
         measured = (f"{number(row['mean'])} [{number(row['low'])}, {number(row['high'])}], "
                     f"{int(row['states'])} states")
-        needed = "-" if math.isnan(row["states_needed"]) else f"~{math.ceil(row['states_needed'])}"
+    over_trunks = ("-" if math.isnan(row["t_low"])
+                   else f"[{number(row['t_low'])}, {number(row['t_high'])}]")
     judged = (row["verdict"] if row["holm_verdict"] == row["verdict"]
               else f"{row['verdict']}; {row['holm_verdict']} after Holm")
     return [f"{row['claim']} ({row['id']})", row["paper"], GRAIN[row["table"]], measured,
-            row["agree"] if isinstance(row["agree"], str) else "-", judged, needed]
+            over_trunks, row["agree"] if isinstance(row["agree"], str) else "-", judged,
+            _needed(row["states_needed"]), _needed(row["trunks_needed"])]
+
+
+def _needed(count: float) -> str:
+    return "-" if math.isnan(count) else f"~{math.ceil(count)}"
 
 
 def table(root: Path = ROOT) -> str:

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from analysis.claims.microscope import Claim, differences, judge, verdict
-from analysis.core.cluster_bootstrap import Boot, cluster_bootstrap, states_needed
+from analysis.core.cluster_bootstrap import (Boot, cluster_bootstrap, states_needed, trunk_t,
+                                             trunks_needed)
 from analysis.microscope_report import main as report_main
 from analysis.reports.microscope import write_report
 
@@ -50,6 +51,36 @@ def test_states_needed_follows_the_normal_formula():
     b = Boot(mean=0.1, low=-0.1, high=0.3, p=0.3, se=0.1, n=100, clusters=3, cluster_means=())
     z = 1.959964 + 0.841621  # alpha 0.05 two-sided, power 0.8
     assert states_needed(b, 0.05) == pytest.approx(100 * z**2, rel=1e-5)
+
+
+def _boot(mean: float, low: float, high: float, trunk_means: tuple[float, ...]) -> Boot:
+    return Boot(mean=mean, low=low, high=high, p=0.01, se=0.5, n=60, clusters=len(trunk_means),
+                cluster_means=trunk_means)
+
+
+def test_the_t_interval_over_trunk_means_by_hand():
+    t = trunk_t(_boot(2.0, 0.5, 3.5, (1.0, 2.0, 3.0)))
+    half = 4.302653 / math.sqrt(3)  # t(0.975, 2) * sd 1 / sqrt(3 trunks)
+    assert (t.low, t.high, t.sd) == pytest.approx((2 - half, 2 + half, 1.0), rel=1e-5)
+    # df 2: P(T > x) = (1 - x / sqrt(x^2 + 2)) / 2, at x = 2 / (1 / sqrt 3)
+    x = 2 * math.sqrt(3)
+    assert t.p == pytest.approx(1 - x / math.sqrt(x * x + 2), rel=1e-6)
+    assert math.isnan(trunk_t(_boot(1.0, 0.5, 1.5, (1.0,))).low)
+
+
+def test_a_verdict_needs_the_bootstrap_and_the_trunk_means_to_agree():
+    # the bootstrap excludes 0 but three trunks as spread as these do not: not settled
+    assert verdict(_boot(2.0, 0.5, 3.5, (1.0, 2.0, 3.0)), 1) == "not settled"
+    assert verdict(_boot(2.0, 0.5, 3.5, (1.9, 2.0, 2.1)), 1) == "held"
+    assert verdict(_boot(2.0, 0.5, 3.5, (1.9, 2.0, 2.1)), -1) == "not held"
+    assert verdict(_boot(2.0, -0.5, 3.5, (1.9, 2.0, 2.1)), 1) == "not settled"
+
+
+def test_trunks_needed_reads_the_trunk_means_spread_not_the_bootstrap_se():
+    # mean 2, trunk sd 1, alpha 0.05, power 0.8: at n = 4, t(.975, 3) + t(.8, 3) = 3.182 +
+    # 0.978 > sqrt(4) * 2; at n = 5, 2.776 + 0.941 <= sqrt(5) * 2
+    assert trunks_needed(_boot(2.0, 0.5, 3.5, (1.0, 2.0, 3.0)), 0.05) == 5
+    assert math.isnan(trunks_needed(_boot(2.0, 0.5, 3.5, (2.0,)), 0.05))
 
 
 def _branches(effects: dict[str, float], seeds=3, rollouts=4, noise=0.01) -> pd.DataFrame:

@@ -30,22 +30,25 @@ def test_every_shown_claim_is_a_row_with_a_known_grain():
 
 def _row(**over) -> pd.Series:
     row = {"id": "E9.x", "claim": "a claim", "paper": "> 0", "table": "branches",
-           "mean": -0.00930067, "low": -0.0162859, "high": -0.00364251, "states": 60,
-           "agree": "2 of 2", "verdict": "pilot (2 trunks)", "holm_verdict": "pilot (2 trunks)",
-           "states_needed": 110.85}
+           "mean": -0.00930067, "low": -0.0162859, "high": -0.00364251, "t_low": -0.0565,
+           "t_high": 0.0379, "states": 60, "agree": "2 of 2", "verdict": "pilot (2 trunks)",
+           "holm_verdict": "pilot (2 trunks)", "states_needed": 110.85, "trunks_needed": 7.0}
     return pd.Series({**row, **over})
 
 
-def test_a_row_reads_its_numbers_grain_verdict_and_states_needed():
+def test_a_row_reads_its_numbers_grain_verdict_and_what_it_would_need():
     assert row_cells(_row()) == ["a claim (E9.x)", "> 0", "one update",
-                                 "-0.0093 [-0.0163, -0.00364], 60 states", "2 of 2",
-                                 "pilot (2 trunks)", "~111"]
+                                 "-0.0093 [-0.0163, -0.00364], 60 states", "[-0.0565, +0.0379]",
+                                 "2 of 2", "pilot (2 trunks)", "~111", "~7"]
     later = row_cells(_row(table="horizons", verdict="held", holm_verdict="not settled",
-                           states_needed=math.nan, mean=1.8306, low=1.2542, high=2.3176))
-    assert later[2:] == ["short horizon", "+1.83 [+1.25, +2.32], 60 states", "2 of 2",
-                         "held; not settled after Holm", "-"]
-    unrun = row_cells(_row(states=0, agree=math.nan, verdict="no data", holm_verdict="no data"))
-    assert unrun[3:] == ["no data yet", "-", "no data", "-"]
+                           states_needed=math.nan, trunks_needed=math.nan, mean=1.8306,
+                           low=1.2542, high=2.3176, t_low=1.04, t_high=2.62))
+    assert later[2:] == ["short horizon", "+1.83 [+1.25, +2.32], 60 states", "[+1.04, +2.62]",
+                         "2 of 2", "held; not settled after Holm", "-", "-"]
+    unrun = row_cells(_row(states=0, agree=math.nan, verdict="no data", holm_verdict="no data",
+                           t_low=math.nan, t_high=math.nan, states_needed=math.nan,
+                           trunks_needed=math.nan))
+    assert unrun[3:] == ["no data yet", "-", "-", "no data", "-", "-"]
 
 
 def test_fill_needs_its_markers_and_a_shown_id_needs_its_row(tmp_path):
