@@ -22,8 +22,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.core.cluster_bootstrap import (Boot, cluster_bootstrap, states_needed, trunk_t,
-                                             trunks_needed)
+from analysis.core.cluster_bootstrap import (
+    Boot,
+    cluster_bootstrap,
+    states_needed,
+    trunk_t,
+    trunks_needed,
+)
 from analysis.core.multiplicity import ALPHA, with_holm
 
 MIN_TRUNKS = 3

@@ -9,8 +9,13 @@ import pandas as pd
 import pytest
 
 from analysis.core.cluster_bootstrap import cluster_bootstrap
-from experiments.microscope.bootstrap_coverage import (ROLLOUTS, UPDATES, bootstrap_interval,
-                                                       coverage, simulate)
+from experiments.microscope.bootstrap_coverage import (
+    ROLLOUTS,
+    UPDATES,
+    bootstrap_interval,
+    coverage,
+    simulate,
+)
 
 
 def test_the_vectorized_interval_is_the_modules_estimator():

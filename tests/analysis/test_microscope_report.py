@@ -13,8 +13,13 @@ import pytest
 import yaml
 
 from analysis.claims.microscope import Claim, differences, judge, verdict
-from analysis.core.cluster_bootstrap import (Boot, cluster_bootstrap, states_needed, trunk_t,
-                                             trunks_needed)
+from analysis.core.cluster_bootstrap import (
+    Boot,
+    cluster_bootstrap,
+    states_needed,
+    trunk_t,
+    trunks_needed,
+)
 from analysis.microscope_report import main as report_main
 from analysis.reports.microscope import write_report
 
