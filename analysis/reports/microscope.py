@@ -114,6 +114,30 @@ def bounds_distribution(branches: pd.DataFrame) -> list[str]:
     return lines or ["No arm moved its bounds between states."]
 
 
+def search_outcomes(branches: pd.DataFrame) -> list[str]:
+    """How each searching rule's search ended, as shares of its states: with no gradient at
+    all (every advantage 0), at or above rho0 before any move, reached by moving, or not
+    reached at the grid's end, and of those how many had no positive token to weigh (rho 0),
+    which no bounds can fix. `bapo_reached` alone mixes the first move-free case with a
+    reach."""
+    rows = []
+    searched = branches.dropna(subset=["bapo_steps"]) if "bapo_steps" in branches else branches[:0]
+    for arm, mine in searched.groupby("arm"):
+        moved, reached = mine["bapo_steps"] > 0, mine["bapo_reached"].astype(bool)
+        if not (moved.any() or reached.any()):
+            continue  # a rule with no search (its columns say 0 and False throughout)
+        idle = mine["rho_before"].isna()
+        short = moved & ~reached
+        shares = [idle, ~idle & ~moved & reached, moved & reached, short,
+                  short & (mine["rho_before"] == 0)]
+        rows.append(f"| {arm} | {len(mine)} | " + " | ".join(f"{s.mean():.3f}" for s in shares) + " |")
+    if not rows:
+        return ["No searching rule among the arms."]
+    return ["| arm | states | no gradient | at or above rho0 at the start | reached by the search "
+            "| not reached at the grid's end | of which no A>0 token (rho 0) |",
+            "|---|---|---|---|---|---|---|", *rows]
+
+
 def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png",),
                  dpi: int = 150) -> Path:
     studies = find_studies(roots)
@@ -135,6 +159,7 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
         lines += ["", "## Insight 2, measured", ""] + insight2_table(branches)
         lines += ["", "## Each arm, mean over its states", ""] + arm_summary(branches)
         lines += ["", "## Where adaptive bounds sat"] + bounds_distribution(branches)
+        lines += ["", "## How the search ended", ""] + search_outcomes(branches)
     lines += ["", "## Figures", ""] + [f"![{p[0].stem}]({p[0].name})" for p in figures]
     path = out / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")

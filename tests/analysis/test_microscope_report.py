@@ -21,7 +21,7 @@ from analysis.core.cluster_bootstrap import (
     trunks_needed,
 )
 from analysis.microscope_report import main as report_main
-from analysis.reports.microscope import write_report
+from analysis.reports.microscope import search_outcomes, write_report
 
 
 def test_the_first_stage_resamples_trunks():
@@ -144,6 +144,19 @@ def test_verdicts_pilots_and_holm():
     assert two.set_index("compared").loc["none - zero", "states_needed"] == pytest.approx(
         boot.n * (z * boot.se / boot.mean) ** 2, rel=1e-3)
     assert verdict(Boot(math.nan, math.nan, math.nan, math.nan, math.nan, 0, 0, ()), 1) == "no data"
+
+
+def test_search_outcomes_tell_a_reach_from_a_start_above_rho0():
+    searched = pd.DataFrame({"arm": ["b"] * 5, "bapo_steps": [0, 3, 51, 51, 0],
+                             "bapo_reached": [True, True, False, False, False],
+                             "rho_before": [0.5, 0.2, 0.0, 0.1, math.nan]})
+    fixed = pd.DataFrame({"arm": ["p"] * 2, "bapo_steps": [0, 0], "bapo_reached": [False, False],
+                          "rho_before": [0.3, 0.4]})
+    lines = search_outcomes(pd.concat([searched, fixed]))
+    # one state in each: no gradient, above at the start, reached, not reached (twice, one of
+    # them with rho 0); the rule that never searched gets no row
+    assert lines[2:] == ["| b | 5 | 0.200 | 0.200 | 0.200 | 0.400 | 0.200 |"]
+    assert search_outcomes(fixed) == ["No searching rule among the arms."]
 
 
 def _study(root, seed_table: pd.DataFrame, seed: int):
