@@ -62,11 +62,12 @@ def claims_table(judged: pd.DataFrame) -> list[str]:
                      else f"{r.verdict}; after Holm {r.holm_verdict}")
         lines.append(f"| {r.id} | {r.claim} | {r.compared} ({r.metric}) | {r.paper} | {r.expect} | "
                      f"{measured} | {over_trunks} | {r.agree} | {judged_as} | "
-                     f"{_needed(r.states_needed)} | {_needed(r.trunks_needed)} |")
+                     f"{approx_needed(r.states_needed)} | {approx_needed(r.trunks_needed)} |")
     return lines
 
 
-def _needed(count: float) -> str:
+def approx_needed(count: float) -> str:
+    """'~12' (rounded up) for a states or trunks needed figure; '-' where there is none."""
     return "-" if math.isnan(count) else f"~{math.ceil(count)}"
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.reports.markdown import between_markers
+from analysis.reports.markdown import between_markers, md_table
+from analysis.reports.microscope import approx_needed
 
 ROOT = Path(__file__).resolve().parents[2]
 START, END = "<!-- microscope:start -->", "<!-- microscope:end -->"
@@ -47,11 +48,7 @@ def row_cells(row: pd.Series) -> list[str]:
               else f"{row['verdict']}; {row['holm_verdict']} after Holm")
     return [f"{row['claim']} ({row['id']})", row["paper"], GRAIN[row["table"]], measured,
             over_trunks, row["agree"] if isinstance(row["agree"], str) else "-", judged,
-            _needed(row["states_needed"]), _needed(row["trunks_needed"])]
-
-
-def _needed(count: float) -> str:
-    return "-" if math.isnan(count) else f"~{math.ceil(count)}"
+            approx_needed(row["states_needed"]), approx_needed(row["trunks_needed"])]
 
 
 def table(root: Path = ROOT) -> str:
@@ -60,11 +57,8 @@ def table(root: Path = ROOT) -> str:
     missing = [i for i in SHOWN if i not in claims.index]
     if missing:
         raise LookupError(f"{CLAIMS}: no row {', '.join(missing)}; fix SHOWN in {__name__}")
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    for i in SHOWN:
-        cells = row_cells(claims.loc[i])
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines) + "\n"
+    rows = pd.DataFrame([row_cells(claims.loc[i]) for i in SHOWN], columns=HEADER)
+    return md_table(rows) + "\n"
 
 
 def fill(text: str, root: Path = ROOT) -> str:
