@@ -23,6 +23,10 @@ pin_process()
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# TRL's trainer pings the hub from rank 0 (huggingface_hub's send_telemetry: a daemon thread
+# making a HEAD request to huggingface.co, alive until the process exits) unless told not to;
+# the suite contacts no hub, and its TRL processes inherit this
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 
