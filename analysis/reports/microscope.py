@@ -75,15 +75,27 @@ def insight2_table(branches: pd.DataFrame) -> list[str]:
     effects = own_effects(branches, "d_entropy").set_index("arm")
     if not any(f"mask:{c}" in effects.index for c in CLASS_SIGNS):
         return ["No class-mask arm (with a zero arm) in these studies."]
-    lines = ["| token class | paper (Insight 2) | entropy change, mask - zero step | states |",
-             "|---|---|---|---|"]
+    norm_clipped = branches.groupby("arm")["grad_clipped"].mean()
+    lines = ["| token class | paper (Insight 2) | entropy change, mask - zero step | states "
+             "| norm clip bound |", "|---|---|---|---|---|"]
     for c, sign in CLASS_SIGNS.items():
         if f"mask:{c}" not in effects.index:
             continue
         e = effects.loc[f"mask:{c}"]
         lines.append(f"| {CLASS_LABELS[c]} | {'rises' if sign > 0 else 'falls'} | "
-                     f"{fmt(e['mean'])} [{fmt(e['low'])}, {fmt(e['high'])}] | {int(e['states'])} |")
-    return lines
+                     f"{fmt(e['mean'])} [{fmt(e['low'])}, {fmt(e['high'])}] | {int(e['states'])} "
+                     f"| {norm_clipped[f'mask:{c}']:.2f} |")
+    return lines + ["", NORM_CLIP_NOTE]
+
+
+# Why the last column: a class's loss falls on its tokens alone, and where the gradient-norm
+# clip binds it scales the step down before AdamW adds it to the trunk's moments, so a class
+# that binds more often moves less than its own gradient would
+NORM_CLIP_NOTE = (
+    "`norm clip bound`: the share of the class's states where gradient-norm clipping scaled "
+    "its step down. The step then enters AdamW's moments (carried from the trunk) at the "
+    "clipped size, so a class that binds more often is damped more: the rows compare "
+    "directions, and a class's size only against classes clipped as often.")
 
 
 def arm_summary(branches: pd.DataFrame) -> list[str]:

@@ -170,6 +170,9 @@ def _study(root, seed_table: pd.DataFrame, seed: int):
 def test_the_report_from_study_dirs(tmp_path):
     table = _branches({"zero": 0.0, "mask:low_pos": 0.2, "mask:high_pos": -0.2, "ppo": 0.0,
                        "bapo": 0.05})
+    # the norm clip bound on every low-p A>0 step, on a third of the high-p A>0 steps
+    high_pos = table["arm"] == "mask:high_pos"
+    table.loc[high_pos, "grad_clipped"] = table.loc[high_pos, "update"] == 1
     for seed, part in table.groupby("seed"):
         _study(tmp_path / "studies", part, seed)
     claims = [{**CLAIM, "id": "E1", "arm": "mask:low_pos", "ref": "zero", "direction": "up"},
@@ -180,6 +183,8 @@ def test_the_report_from_study_dirs(tmp_path):
     assert "3 studies from commit(s) abc1234; 36 branched states" in text
     assert "| E1 |" in text and "| 3 of 3 | held |" in text
     assert "| p low, A > 0 | rises |" in text and "| p high, A > 0 | falls |" in text
+    assert "| 36 | 1.00 |" in text.split("| p low, A > 0 |")[1].splitlines()[0]
+    assert "| 36 | 0.33 |" in text.split("| p high, A > 0 |")[1].splitlines()[0]
     for name in ("entropy_by_arm", "insight2", "logp_vs_share"):
         assert (tmp_path / "out" / f"fig_microscope_{name}.png").stat().st_size > 0
     claims_csv = pd.read_csv(tmp_path / "out" / "claims.csv")
