@@ -205,7 +205,7 @@ def test_the_cli_refuses_a_missing_dir_and_a_sweep_without_claims(tmp_path, caps
 def test_the_committed_report_regenerates_from_the_committed_studies(tmp_path):
     from tests.conftest import REPO
 
-    assert report_main(["--studies", str(REPO / "experiments/microscope/pilots/parts_1_2_at_0908"),
+    assert report_main(["--studies", str(REPO / "experiments/microscope/smol"),
                         "--out", str(tmp_path)]) == 0
     committed = (REPO / "figures" / "microscope" / "REPORT.md").read_text()
     assert (tmp_path / "REPORT.md").read_text() == committed
