@@ -3,7 +3,7 @@
 The rows shown are declared below (`SHOWN`, claim ids of figures/microscope/claims.csv);
 everything a row says (the measured mean, its bootstrap and trunk-mean intervals, the grain,
 the trunks agreeing, the verdict, the states and trunks a row would need) is read from that CSV, never typed in.
-`python -m analysis.reports.readme_table README.md` fills this block with the claims table;
+`python -m analysis.reports.readme_table README.md` fills this block with the claims table and its verdicts counted by grain;
 tests/analysis/test_readme_microscope.py fails when the README and the data disagree.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.claims.rules import VERDICTS
 from analysis.reports.markdown import between_markers, md_table
 from analysis.reports.microscope import approx_needed
 
@@ -58,7 +59,24 @@ def table(root: Path = ROOT) -> str:
     if missing:
         raise LookupError(f"{CLAIMS}: no row {', '.join(missing)}; fix SHOWN in {__name__}")
     rows = pd.DataFrame([row_cells(claims.loc[i]) for i in SHOWN], columns=HEADER)
-    return md_table(rows) + "\n"
+    return md_table(rows) + "\n\n" + verdict_summary(claims.loc[list(SHOWN)]) + "\n"
+
+
+def verdict_summary(shown: pd.DataFrame) -> str:
+    """The rows' verdicts after Holm counted by grain, verdicts in VERDICTS order (a pilot's
+    and a row's with no data after the tested ones): 'After Holm, one update (11 rows): 3 held,
+    8 not settled; short horizon (2 rows): 2 pilots (2 trunks).'"""
+    rank = {v: i for i, v in enumerate(VERDICTS)}
+    grains = []
+    for table_name, grain in GRAIN.items():
+        counts = shown.loc[shown["table"] == table_name, "holm_verdict"].value_counts()
+        if counts.empty:
+            continue
+        ordered = sorted(counts.items(), key=lambda kv: (rank.get(kv[0].split(" (")[0], len(rank)), kv[0]))
+        words = [f"{n} {v.replace('pilot', 'pilots', 1) if n > 1 else v}" for v, n in ordered]
+        rows = counts.sum()
+        grains.append(f"{grain} ({rows} row{'s' if rows > 1 else ''}): {', '.join(words)}")
+    return "After Holm, " + "; ".join(grains) + "."
 
 
 def fill(text: str, root: Path = ROOT) -> str:

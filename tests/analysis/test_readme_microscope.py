@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis.reports import readme_microscope
-from analysis.reports.readme_microscope import END, START, fill, row_cells
+from analysis.reports.readme_microscope import END, START, fill, row_cells, verdict_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,3 +59,14 @@ def test_fill_needs_its_markers_and_a_shown_id_needs_its_row(tmp_path):
     pd.DataFrame([_row(id="E1.high_pos")]).to_csv(tmp_path / readme_microscope.CLAIMS, index=False)
     with pytest.raises(LookupError, match="E1.low_neg"):
         readme_microscope.table(tmp_path)
+
+
+def test_the_summary_counts_each_grains_verdicts_after_holm():
+    shown = pd.DataFrame([_row(holm_verdict=v, table=t) for v, t in [
+        ("not settled", "branches"), ("held", "branches"), ("not settled", "branches"),
+        ("not held", "branches"), ("pilot (2 trunks)", "horizons"),
+        ("pilot (2 trunks)", "horizons"), ("no data", "horizons")]])
+    assert verdict_summary(shown) == ("After Holm, one update (4 rows): 1 held, 1 not held, "
+                                      "2 not settled; short horizon (3 rows): 2 pilots "
+                                      "(2 trunks), 1 no data.")
+    assert verdict_summary(shown.iloc[[4]]) == "After Holm, short horizon (1 row): 1 pilot (2 trunks)."
