@@ -17,9 +17,11 @@ from analysis.claims.microscope import Claim, judge
 from analysis.figures.microscope import (
     CLASS_LABELS,
     CLASS_SIGNS,
+    class_effects_by_phase,
     draw_entropy_by_arm,
     draw_horizon_accuracy,
     draw_insight2,
+    draw_insight2_by_phase,
     draw_logp_vs_share,
     own_effects,
 )
@@ -98,6 +100,37 @@ NORM_CLIP_NOTE = (
     "directions, and a class's size only against classes clipped as often.")
 
 
+def phase_table(branches: pd.DataFrame) -> list[str]:
+    """Insight 2's table within each third of the rollouts branched: exploratory, since the
+    phases were not in the plan written before the runs; no verdict is read from it."""
+    effects = class_effects_by_phase(branches)
+    if effects.empty:
+        return ["No class-mask arm (with a zero arm) in these studies."]
+    phases = list(dict.fromkeys(effects["phase"]))
+    cell = effects.set_index(["arm", "phase"])
+    lines = ["| token class | paper (Insight 2) | " + " | ".join(phases) + " |",
+             "|---|---|" + "---|" * len(phases)]
+    for c, sign in CLASS_SIGNS.items():
+        if f"mask:{c}" not in set(effects["arm"]):
+            continue
+        cells = [_phase_cell(cell, f"mask:{c}", p) for p in phases]
+        lines.append(f"| {CLASS_LABELS[c]} | {'rises' if sign > 0 else 'falls'} | " + " | ".join(cells) + " |")
+    before = effects.groupby("phase", sort=False)["entropy_before"].first()
+    lines.append("| probe entropy before the update (zero arm) | | "
+                 + " | ".join(f"{before[p]:.3f}" for p in phases) + " |")
+    return lines + ["", "Exploratory: the phases (the rollouts branched, split into three "
+                    "near-equal runs) were not in the plan written before the runs, and no verdict "
+                    "is read from them. They show whether the pooled rows above average effects "
+                    "of opposite sign at different points of the trunk's training."]
+
+
+def _phase_cell(effects: pd.DataFrame, arm: str, phase: str) -> str:
+    if (arm, phase) not in effects.index:
+        return "-"
+    e = effects.loc[(arm, phase)]
+    return f"{fmt(e['mean'])} [{fmt(e['low'])}, {fmt(e['high'])}], {int(e['states'])} states"
+
+
 def arm_summary(branches: pd.DataFrame) -> list[str]:
     """Per arm, means over its states: the readings, the mini-batch's numbers and the norm clip."""
     cols = ["d_entropy", "d_logp_correct", "kl", "positive_share", "clip_fraction",
@@ -164,12 +197,14 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
         figures += [draw_entropy_by_arm(branches, out, formats, dpi),
                     draw_logp_vs_share(branches, out, formats, dpi)]
         if any(a.startswith("mask:") for a in arms):
-            figures.append(draw_insight2(branches, out, formats, dpi))
+            figures += [draw_insight2(branches, out, formats, dpi),
+                        draw_insight2_by_phase(branches, out, formats, dpi)]
     if not horizons.empty:
         figures.append(draw_horizon_accuracy(horizons, out, formats, dpi))
     lines = _header(meta, branches, horizons) + ["## Claims", ""] + claims_table(judged)
     if not branches.empty:
         lines += ["", "## Insight 2, measured", ""] + insight2_table(branches)
+        lines += ["", "## Insight 2 by training phase (exploratory)", ""] + phase_table(branches)
         lines += ["", "## Each arm, mean over its states", ""] + arm_summary(branches)
         lines += ["", "## Where adaptive bounds sat"] + bounds_distribution(branches)
         lines += ["", "## How the search ended", ""] + search_outcomes(branches)

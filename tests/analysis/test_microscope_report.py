@@ -21,7 +21,7 @@ from analysis.core.cluster_bootstrap import (
     trunks_needed,
 )
 from analysis.microscope_report import main as report_main
-from analysis.reports.microscope import search_outcomes, write_report
+from analysis.reports.microscope import phase_table, search_outcomes, write_report
 
 
 def test_the_first_stage_resamples_trunks():
@@ -99,7 +99,7 @@ def _branches(effects: dict[str, float], seeds=3, rollouts=4, noise=0.01) -> pd.
             kind = "mask" if arm.startswith("mask:") else "zero" if arm == "zero" else "method"
             rows.append({"experiment": "e", "trunk": "ppo", "minibatch": 8, "seed": seed,
                          "rollout": rollout, "update": update, "arm": arm, "arm_kind": kind,
-                         "d_entropy": base + effect + rng.normal(0, noise),
+                         "d_entropy": base + effect + rng.normal(0, noise), "entropy_before": 2.0,
                          "positive_share": 0.4 + effect, "clip_frac_low_pos": 0.03,
                          "clip_frac_high_pos": 0.01, "bapo_reached": False,
                          "d_logp_correct": 0.0, "kl": 0.0, "clip_fraction": 0.01,
@@ -185,7 +185,7 @@ def test_the_report_from_study_dirs(tmp_path):
     assert "| p low, A > 0 | rises |" in text and "| p high, A > 0 | falls |" in text
     assert "| 36 | 1.00 |" in text.split("| p low, A > 0 |")[1].splitlines()[0]
     assert "| 36 | 0.33 |" in text.split("| p high, A > 0 |")[1].splitlines()[0]
-    for name in ("entropy_by_arm", "insight2", "logp_vs_share"):
+    for name in ("entropy_by_arm", "insight2", "insight2_by_phase", "logp_vs_share"):
         assert (tmp_path / "out" / f"fig_microscope_{name}.png").stat().st_size > 0
     claims_csv = pd.read_csv(tmp_path / "out" / "claims.csv")
     assert list(claims_csv["id"]) == ["E1", "E3"]
@@ -209,3 +209,21 @@ def test_the_committed_report_regenerates_from_the_committed_studies(tmp_path):
                         "--out", str(tmp_path)]) == 0
     committed = (REPO / "figures" / "microscope" / "REPORT.md").read_text()
     assert (tmp_path / "REPORT.md").read_text() == committed
+
+
+def test_insight2_by_phase_splits_the_rollouts_in_thirds_and_reads_each_alone():
+    # the low-p A>0 mask raises the entropy by 0.3 in the first two rollouts only: the pooled
+    # mean is 0.1, each third's its own (rollouts 0-1: 0.3; 2-3 and 4-5: 0)
+    table = _branches({"zero": 0.0, "mask:low_pos": 0.0}, rollouts=6, noise=0.0)
+    early = (table["arm"] == "mask:low_pos") & (table["rollout"] < 2)
+    table.loc[early, "d_entropy"] += 0.3
+    table["entropy_before"] = 2.0 - 0.1 * table["rollout"]
+    lines = phase_table(table)
+    assert lines[0] == "| token class | paper (Insight 2) | rollouts 0-1 | rollouts 2-3 | rollouts 4-5 |"
+    row = next(line for line in lines if line.startswith("| p low, A > 0 | rises |"))
+    # 3 trunks x 2 rollouts x 3 updates a third; with no noise each interval is a point
+    assert row.split(" | ")[2:5] == ["+0.3000 [+0.3000, +0.3000], 18 states",
+                                     "+0.0000 [+0.0000, +0.0000], 18 states",
+                                     "+0.0000 [+0.0000, +0.0000], 18 states |"]
+    probe = next(line for line in lines if line.startswith("| probe entropy"))
+    assert probe.endswith("| 1.950 | 1.750 | 1.550 |")
