@@ -96,13 +96,16 @@ def rollout_thirds(branches: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 def class_effects_by_phase(branches: pd.DataFrame) -> pd.DataFrame:
     """Insight 2's classes' own effects on the entropy (mask - zero) within each third of the
-    rollouts, with the probe entropy before the update there (the zero arm's rows)."""
+    rollouts, with the probe entropy before the update there and the trunk's rollout entropy
+    (the zero arm's rows; NaN where the study has no trunk metrics)."""
     masks = [f"mask:{c}" for c in CLASS_SIGNS]
     rows = []
     for phase, part in rollout_thirds(branches[branches["arm"].isin([*masks, "zero"])]):
         effects = own_effects(part, "d_entropy")
+        zero = part[part["arm"] == "zero"]
+        trunk = zero["trunk_entropy"].mean() if "trunk_entropy" in zero else float("nan")
         rows.append(effects[effects["arm"].isin(masks)].assign(
-            phase=phase, entropy_before=part.loc[part["arm"] == "zero", "entropy_before"].mean()))
+            phase=phase, entropy_before=zero["entropy_before"].mean(), trunk_entropy=trunk))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
@@ -117,7 +120,8 @@ def draw_insight2_by_phase(branches: pd.DataFrame, out: Path, formats, dpi) -> l
         e = mine.reindex([f"mask:{c}" for c in names]).dropna(subset=["mean"])
         ax.errorbar(x, e["mean"], yerr=[e["mean"] - e["low"], e["high"] - e["mean"]], fmt="o",
                     color=color, capsize=3,
-                    label=f"{phase} (probe entropy {mine['entropy_before'].iloc[0]:.2f})")
+                    label=f"{phase} (entropy: probes {mine['entropy_before'].iloc[0]:.2f}, "
+                          f"trunk's responses {mine['trunk_entropy'].iloc[0]:.2f})")
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xticks(range(len(names)), [f"{CLASS_LABELS[c]}\npaper: "
                                       f"{'rises' if CLASS_SIGNS[c] > 0 else 'falls'}" for c in names])

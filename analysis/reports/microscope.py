@@ -25,6 +25,7 @@ from analysis.figures.microscope import (
     draw_logp_vs_share,
     own_effects,
 )
+from src.run_files import has_metrics, metrics_records
 
 
 def find_studies(roots: list[Path]) -> list[Path]:
@@ -41,7 +42,20 @@ def load_tables(studies: list[Path]) -> tuple[dict[str, pd.DataFrame], list[dict
             path = study / f"{name}.parquet"
             if path.exists():
                 tables[name].append(pd.read_parquet(path))
+        if tables["branches"] and (study / "branches.parquet").exists():
+            branches = tables["branches"][-1]
+            branches["trunk_entropy"] = branches["rollout"].map(trunk_rollout_entropy(study / "trunk"))
     return {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in tables.items()}, meta
+
+
+def trunk_rollout_entropy(trunk: Path) -> dict[int, float]:
+    """Rollout -> the trunk's mean entropy over that rollout's response tokens (its step
+    record's entropy_mean: the responses the branched mini-batches are made of); empty where
+    the study dir holds no trunk metrics (a snapshot of a running study)."""
+    if not has_metrics(trunk):
+        return {}
+    return {r["step"]: r["entropy_mean"] for r in metrics_records(trunk)
+            if r.get("kind") == "step" and r.get("entropy_mean") is not None}
 
 
 def fmt(x: float, digits: int = 4) -> str:
@@ -115,13 +129,18 @@ def phase_table(branches: pd.DataFrame) -> list[str]:
             continue
         cells = [_phase_cell(cell, f"mask:{c}", p) for p in phases]
         lines.append(f"| {CLASS_LABELS[c]} | {'rises' if sign > 0 else 'falls'} | " + " | ".join(cells) + " |")
-    before = effects.groupby("phase", sort=False)["entropy_before"].first()
-    lines.append("| probe entropy before the update (zero arm) | | "
-                 + " | ".join(f"{before[p]:.3f}" for p in phases) + " |")
+    first = effects.groupby("phase", sort=False).first()
+    for label, column in (("probe entropy before the update (zero arm)", "entropy_before"),
+                          ("the trunk's rollout entropy (its responses)", "trunk_entropy")):
+        lines.append(f"| {label} | | " + " | ".join(
+            "-" if math.isnan(first.loc[p, column]) else f"{first.loc[p, column]:.3f}"
+            for p in phases) + " |")
     return lines + ["", "Exploratory: the phases (the rollouts branched, split into three "
                     "near-equal runs) were not in the plan written before the runs, and no verdict "
                     "is read from them. They show whether the pooled rows above average effects "
-                    "of opposite sign at different points of the trunk's training."]
+                    "of opposite sign at different points of the trunk's training; the last two "
+                    "rows say how spread the policy was there, on the fixed probes and on the "
+                    "trunk's own responses (of which the branched mini-batches are made)."]
 
 
 def _phase_cell(effects: pd.DataFrame, arm: str, phase: str) -> str:

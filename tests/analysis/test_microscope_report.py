@@ -5,6 +5,7 @@ report written from study dirs made here with known effects."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
@@ -21,7 +22,12 @@ from analysis.core.cluster_bootstrap import (
     trunks_needed,
 )
 from analysis.microscope_report import main as report_main
-from analysis.reports.microscope import phase_table, search_outcomes, write_report
+from analysis.reports.microscope import (
+    phase_table,
+    search_outcomes,
+    trunk_rollout_entropy,
+    write_report,
+)
 
 
 def test_the_first_stage_resamples_trunks():
@@ -227,3 +233,21 @@ def test_insight2_by_phase_splits_the_rollouts_in_thirds_and_reads_each_alone():
                                      "+0.0000 [+0.0000, +0.0000], 18 states |"]
     probe = next(line for line in lines if line.startswith("| probe entropy"))
     assert probe.endswith("| 1.950 | 1.750 | 1.550 |")
+    # no trunk metrics read: the trunk's entropy row says so rather than inventing one
+    trunk = next(line for line in lines if line.startswith("| the trunk's rollout entropy"))
+    assert trunk.endswith("| - | - | - |")
+    table["trunk_entropy"] = 1.0 - 0.1 * table["rollout"]
+    trunk = next(line for line in phase_table(table) if line.startswith("| the trunk's"))
+    assert trunk.endswith("| 0.950 | 0.750 | 0.550 |")
+
+
+def test_the_trunks_rollout_entropy_is_its_step_records(tmp_path):
+    trunk = tmp_path / "trunk"
+    trunk.mkdir()
+    records = [{"kind": "step", "step": 0, "entropy_mean": 1.5},
+               {"kind": "update", "step": 0, "entropy_mean": 9.0},
+               {"kind": "step", "step": 1, "entropy_mean": 0.25},
+               {"kind": "eval", "step": 1}]
+    (trunk / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert trunk_rollout_entropy(trunk) == {0: 1.5, 1: 0.25}
+    assert trunk_rollout_entropy(tmp_path / "none") == {}
