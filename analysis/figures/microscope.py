@@ -172,9 +172,14 @@ def draw_horizon_accuracy(horizons: pd.DataFrame, out: Path, formats, dpi) -> li
     means = horizons.groupby("arm")["sampled_accuracy"].mean().reindex(arms)
     ax.plot(range(len(arms)), means.to_numpy(), "o-", color="#d62728", lw=2, label="mean")
     ax.set_xticks(range(len(arms)), arms)
-    ax.set_ylabel("sampled accuracy, held-out problems")
-    ax.set_title("Short-horizon branches from the same states\n(grey: one start state each; red: mean)")
-    ax.set_xlabel("start: the trunk's state; each arm: trained from it for microscope.horizon rollouts")
+    problems = "/".join(map(str, sorted(set(horizons["eval_problems"]))))
+    starts = horizons.groupby(["seed", "rollout"]).ngroups
+    trunks = horizons["seed"].nunique()
+    ax.set_ylabel(f"sampled accuracy, {problems} held-out problems")
+    ax.set_title("Short-horizon branches from the same states\n(grey: one start state each, "
+                 f"{starts} on {trunks} trunk{'s' if trunks != 1 else ''}; red: mean)")
+    steps = "/".join(map(str, sorted(set(horizons.loc[horizons["horizon"] > 0, "horizon"]))))
+    ax.set_xlabel(f"start: the trunk's state; each arm: trained from it for {steps} rollouts")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save(fig, out, "fig_microscope_horizon_accuracy", formats, dpi)
