@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from analysis.claims.microscope import KEYS
@@ -84,56 +83,6 @@ def draw_insight2(branches: pd.DataFrame, out: Path, formats, dpi) -> list[Path]
                  "p below/above the mini-batch median, by the sign of A")
     fig.tight_layout()
     return save(fig, out, "fig_microscope_insight2", formats, dpi)
-
-
-def rollout_thirds(branches: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """The rows of the early, middle and late third of the rollouts branched (the rollouts
-    sorted and split into three runs of near-equal length), each named 'rollouts a-b'."""
-    thirds = np.array_split(np.sort(branches["rollout"].unique()), 3)
-    return [(f"rollouts {t[0]}-{t[-1]}", branches[branches["rollout"].isin(t)])
-            for t in thirds if len(t)]
-
-
-def class_effects_by_phase(branches: pd.DataFrame) -> pd.DataFrame:
-    """Insight 2's classes' own effects on the entropy (mask - zero) within each third of the
-    rollouts, with the probe entropy before the update there and the trunk's rollout entropy
-    (the zero arm's rows; NaN where the study has no trunk metrics)."""
-    masks = [f"mask:{c}" for c in CLASS_SIGNS]
-    rows = []
-    for phase, part in rollout_thirds(branches[branches["arm"].isin([*masks, "zero"])]):
-        effects = own_effects(part, "d_entropy")
-        zero = part[part["arm"] == "zero"]
-        trunk = zero["trunk_entropy"].mean() if "trunk_entropy" in zero else float("nan")
-        rows.append(effects[effects["arm"].isin(masks)].assign(
-            phase=phase, entropy_before=zero["entropy_before"].mean(), trunk_entropy=trunk))
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
-
-
-def draw_insight2_by_phase(branches: pd.DataFrame, out: Path, formats, dpi) -> list[Path]:
-    effects = class_effects_by_phase(branches)
-    names = [c for c in CLASS_SIGNS if f"mask:{c}" in set(effects["arm"])]
-    phases = list(dict.fromkeys(effects["phase"]))
-    fig, ax = plt.subplots(figsize=(8.0, 4.2))
-    for k, (phase, color) in enumerate(zip(phases, ("#1f77b4", "#ff7f0e", "#2ca02c"), strict=False)):
-        mine = effects[effects["phase"] == phase].set_index("arm")
-        x = [i + (k - 1) * 0.22 for i, c in enumerate(names) if f"mask:{c}" in mine.index]
-        e = mine.reindex([f"mask:{c}" for c in names]).dropna(subset=["mean"])
-        ax.errorbar(x, e["mean"], yerr=[e["mean"] - e["low"], e["high"] - e["mean"]], fmt="o",
-                    color=color, capsize=3,
-                    label=f"{phase} (entropy: probes {mine['entropy_before'].iloc[0]:.2f}, "
-                          f"trunk's responses {mine['trunk_entropy'].iloc[0]:.2f})")
-    ax.axhline(0.0, color="black", lw=0.8)
-    ax.set_xticks(range(len(names)), [f"{CLASS_LABELS[c]}\npaper: "
-                                      f"{'rises' if CLASS_SIGNS[c] > 0 else 'falls'}" for c in names])
-    ax.set_ylabel("entropy change, class mask - zero step")
-    trunks = int(effects["trunks"].max())
-    ax.set_title("Insight 2 by training phase (exploratory: phases not in the plan)\n"
-                 "mean and 95% cluster-bootstrap interval in each third of the rollouts, "
-                 f"{trunks} trunk{'s' if trunks != 1 else ''}{' (a pilot)' if trunks < 3 else ''}",
-                 fontsize=11)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return save(fig, out, "fig_microscope_insight2_by_phase", formats, dpi)
 
 
 def _size(effect: pd.Series) -> str:

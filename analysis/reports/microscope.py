@@ -17,15 +17,14 @@ from analysis.claims.microscope import Claim, judge
 from analysis.figures.microscope import (
     CLASS_LABELS,
     CLASS_SIGNS,
-    class_effects_by_phase,
     draw_entropy_by_arm,
     draw_horizon_accuracy,
     draw_insight2,
-    draw_insight2_by_phase,
     draw_logp_vs_share,
     own_effects,
 )
-from src.run_files import has_metrics, metrics_records
+from analysis.figures.microscope_splits import SPLITS, class_effects_by, draw_insight2_splits
+from analysis.reports.microscope_trunk import with_trunk_entropies
 
 
 def find_studies(roots: list[Path]) -> list[Path]:
@@ -42,20 +41,9 @@ def load_tables(studies: list[Path]) -> tuple[dict[str, pd.DataFrame], list[dict
             path = study / f"{name}.parquet"
             if path.exists():
                 tables[name].append(pd.read_parquet(path))
-        if tables["branches"] and (study / "branches.parquet").exists():
-            branches = tables["branches"][-1]
-            branches["trunk_entropy"] = branches["rollout"].map(trunk_rollout_entropy(study / "trunk"))
+        if (study / "branches.parquet").exists():
+            tables["branches"][-1] = with_trunk_entropies(tables["branches"][-1], study / "trunk")
     return {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in tables.items()}, meta
-
-
-def trunk_rollout_entropy(trunk: Path) -> dict[int, float]:
-    """Rollout -> the trunk's mean entropy over that rollout's response tokens (its step
-    record's entropy_mean: the responses the branched mini-batches are made of); empty where
-    the study dir holds no trunk metrics (a snapshot of a running study)."""
-    if not has_metrics(trunk):
-        return {}
-    return {r["step"]: r["entropy_mean"] for r in metrics_records(trunk)
-            if r.get("kind") == "step" and r.get("entropy_mean") is not None}
 
 
 def fmt(x: float, digits: int = 4) -> str:
@@ -114,39 +102,45 @@ NORM_CLIP_NOTE = (
     "directions, and a class's size only against classes clipped as often.")
 
 
-def phase_table(branches: pd.DataFrame) -> list[str]:
-    """Insight 2's table within each third of the rollouts branched: exploratory, since the
-    phases were not in the plan written before the runs; no verdict is read from it."""
-    effects = class_effects_by_phase(branches)
+# What the split tables are, said once under them
+SPLITS_NOTE = (
+    "Exploratory: neither split was in the plan written before the runs, and no verdict is "
+    "read from them. Phase: the rollouts branched, split into three near-equal runs; "
+    "mini-batch entropy: the states split into thirds by the entropy of the mini-batch the "
+    "update trains on (the trunk's update record at that state). They show whether the "
+    "pooled rows above average effects of opposite sign; the last rows say how spread the "
+    "policy was in each third, on the fixed probes, on the trunk's own responses and on the "
+    "mini-batch.")
+
+
+def split_table(branches: pd.DataFrame, split: str) -> list[str]:
+    """Insight 2's table within each third of a split (microscope_splits.SPLITS)."""
+    effects = class_effects_by(branches, split)
     if effects.empty:
-        return ["No class-mask arm (with a zero arm) in these studies."]
-    phases = list(dict.fromkeys(effects["phase"]))
-    cell = effects.set_index(["arm", "phase"])
-    lines = ["| token class | paper (Insight 2) | " + " | ".join(phases) + " |",
-             "|---|---|" + "---|" * len(phases)]
+        return [f"No class-mask arm (with a zero arm and a `{SPLITS[split][0]}`) to split by."]
+    groups = list(dict.fromkeys(effects["group"]))
+    cell = effects.set_index(["arm", "group"])
+    lines = ["| token class | paper (Insight 2) | " + " | ".join(groups) + " |",
+             "|---|---|" + "---|" * len(groups)]
     for c, sign in CLASS_SIGNS.items():
         if f"mask:{c}" not in set(effects["arm"]):
             continue
-        cells = [_phase_cell(cell, f"mask:{c}", p) for p in phases]
+        cells = [_split_cell(cell, f"mask:{c}", g) for g in groups]
         lines.append(f"| {CLASS_LABELS[c]} | {'rises' if sign > 0 else 'falls'} | " + " | ".join(cells) + " |")
-    first = effects.groupby("phase", sort=False).first()
+    first = effects.groupby("group", sort=False).first()
     for label, column in (("probe entropy before the update (zero arm)", "entropy_before"),
-                          ("the trunk's rollout entropy (its responses)", "trunk_entropy")):
+                          ("the trunk's rollout entropy (its responses)", "trunk_entropy"),
+                          ("the mini-batch's entropy (the trunk's update record)", "minibatch_entropy")):
         lines.append(f"| {label} | | " + " | ".join(
-            "-" if math.isnan(first.loc[p, column]) else f"{first.loc[p, column]:.3f}"
-            for p in phases) + " |")
-    return lines + ["", "Exploratory: the phases (the rollouts branched, split into three "
-                    "near-equal runs) were not in the plan written before the runs, and no verdict "
-                    "is read from them. They show whether the pooled rows above average effects "
-                    "of opposite sign at different points of the trunk's training; the last two "
-                    "rows say how spread the policy was there, on the fixed probes and on the "
-                    "trunk's own responses (of which the branched mini-batches are made)."]
+            "-" if math.isnan(first.loc[g, column]) else f"{first.loc[g, column]:.3f}"
+            for g in groups) + " |")
+    return lines
 
 
-def _phase_cell(effects: pd.DataFrame, arm: str, phase: str) -> str:
-    if (arm, phase) not in effects.index:
+def _split_cell(effects: pd.DataFrame, arm: str, group: str) -> str:
+    if (arm, group) not in effects.index:
         return "-"
-    e = effects.loc[(arm, phase)]
+    e = effects.loc[(arm, group)]
     return f"{fmt(e['mean'])} [{fmt(e['low'])}, {fmt(e['high'])}], {int(e['states'])} states"
 
 
@@ -217,13 +211,16 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
                     draw_logp_vs_share(branches, out, formats, dpi)]
         if any(a.startswith("mask:") for a in arms):
             figures += [draw_insight2(branches, out, formats, dpi),
-                        draw_insight2_by_phase(branches, out, formats, dpi)]
+                        draw_insight2_splits(branches, out, formats, dpi)]
     if not horizons.empty:
         figures.append(draw_horizon_accuracy(horizons, out, formats, dpi))
     lines = _header(meta, branches, horizons) + ["## Claims", ""] + claims_table(judged)
     if not branches.empty:
         lines += ["", "## Insight 2, measured", ""] + insight2_table(branches)
-        lines += ["", "## Insight 2 by training phase (exploratory)", ""] + phase_table(branches)
+        lines += ["", "## Insight 2 by training phase and by mini-batch entropy (exploratory)"]
+        for split in SPLITS:
+            lines += [""] + split_table(branches, split)
+        lines += ["", SPLITS_NOTE]
         lines += ["", "## Each arm, mean over its states", ""] + arm_summary(branches)
         lines += ["", "## Where adaptive bounds sat"] + bounds_distribution(branches)
         lines += ["", "## How the search ended", ""] + search_outcomes(branches)

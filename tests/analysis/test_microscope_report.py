@@ -22,12 +22,8 @@ from analysis.core.cluster_bootstrap import (
     trunks_needed,
 )
 from analysis.microscope_report import main as report_main
-from analysis.reports.microscope import (
-    phase_table,
-    search_outcomes,
-    trunk_rollout_entropy,
-    write_report,
-)
+from analysis.reports.microscope import search_outcomes, split_table, write_report
+from analysis.reports.microscope_trunk import trunk_entropies, with_trunk_entropies
 
 
 def test_the_first_stage_resamples_trunks():
@@ -191,7 +187,7 @@ def test_the_report_from_study_dirs(tmp_path):
     assert "| p low, A > 0 | rises |" in text and "| p high, A > 0 | falls |" in text
     assert "| 36 | 1.00 |" in text.split("| p low, A > 0 |")[1].splitlines()[0]
     assert "| 36 | 0.33 |" in text.split("| p high, A > 0 |")[1].splitlines()[0]
-    for name in ("entropy_by_arm", "insight2", "insight2_by_phase", "logp_vs_share"):
+    for name in ("entropy_by_arm", "insight2", "insight2_splits", "logp_vs_share"):
         assert (tmp_path / "out" / f"fig_microscope_{name}.png").stat().st_size > 0
     claims_csv = pd.read_csv(tmp_path / "out" / "claims.csv")
     assert list(claims_csv["id"]) == ["E1", "E3"]
@@ -224,7 +220,7 @@ def test_insight2_by_phase_splits_the_rollouts_in_thirds_and_reads_each_alone():
     early = (table["arm"] == "mask:low_pos") & (table["rollout"] < 2)
     table.loc[early, "d_entropy"] += 0.3
     table["entropy_before"] = 2.0 - 0.1 * table["rollout"]
-    lines = phase_table(table)
+    lines = split_table(table, "phase")
     assert lines[0] == "| token class | paper (Insight 2) | rollouts 0-1 | rollouts 2-3 | rollouts 4-5 |"
     row = next(line for line in lines if line.startswith("| p low, A > 0 | rises |"))
     # 3 trunks x 2 rollouts x 3 updates a third; with no noise each interval is a point
@@ -233,21 +229,48 @@ def test_insight2_by_phase_splits_the_rollouts_in_thirds_and_reads_each_alone():
                                      "+0.0000 [+0.0000, +0.0000], 18 states |"]
     probe = next(line for line in lines if line.startswith("| probe entropy"))
     assert probe.endswith("| 1.950 | 1.750 | 1.550 |")
-    # no trunk metrics read: the trunk's entropy row says so rather than inventing one
+    # no trunk metrics read: the trunk's entropy rows say so rather than inventing one
     trunk = next(line for line in lines if line.startswith("| the trunk's rollout entropy"))
     assert trunk.endswith("| - | - | - |")
     table["trunk_entropy"] = 1.0 - 0.1 * table["rollout"]
-    trunk = next(line for line in phase_table(table) if line.startswith("| the trunk's"))
+    trunk = next(line for line in split_table(table, "phase") if line.startswith("| the trunk's"))
     assert trunk.endswith("| 0.950 | 0.750 | 0.550 |")
+    assert split_table(table, "entropy") == [
+        "No class-mask arm (with a zero arm and a `minibatch_entropy`) to split by."]
 
 
-def test_the_trunks_rollout_entropy_is_its_step_records(tmp_path):
+def test_insight2_by_minibatch_entropy_splits_the_states_in_thirds_by_their_entropy():
+    # 36 states (3 trunks x 4 rollouts x 3 updates); state k's mini-batch entropy is a
+    # permutation of 0..35 / 10, and the low-p A>0 mask's effect is 1 on the 12 states of
+    # highest entropy only: the thirds read 0, 0 and 1, each on 12 states
+    table = _branches({"zero": 0.0, "mask:low_pos": 0.0}, noise=0.0)
+    states = table[["seed", "rollout", "update"]].drop_duplicates().reset_index(drop=True)
+    states["minibatch_entropy"] = np.random.default_rng(1).permutation(36) / 10
+    table = table.merge(states, on=["seed", "rollout", "update"])
+    table.loc[(table["arm"] == "mask:low_pos") & (table["minibatch_entropy"] >= 2.4), "d_entropy"] += 1.0
+    lines = split_table(table, "entropy")
+    assert lines[0] == ("| token class | paper (Insight 2) | mini-batch entropy 0.00-1.10 | "
+                        "mini-batch entropy 1.20-2.30 | mini-batch entropy 2.40-3.50 |")
+    row = next(line for line in lines if line.startswith("| p low, A > 0 | rises |"))
+    assert row.split(" | ")[2:5] == ["+0.0000 [+0.0000, +0.0000], 12 states",
+                                     "+0.0000 [+0.0000, +0.0000], 12 states",
+                                     "+1.0000 [+1.0000, +1.0000], 12 states |"]
+    level = next(line for line in lines if line.startswith("| the mini-batch's entropy"))
+    assert level.endswith("| 0.550 | 1.750 | 2.950 |")  # each third's mean of its 12 values
+
+
+def test_the_trunks_entropies_are_its_step_and_update_records(tmp_path):
     trunk = tmp_path / "trunk"
     trunk.mkdir()
     records = [{"kind": "step", "step": 0, "entropy_mean": 1.5},
-               {"kind": "update", "step": 0, "entropy_mean": 9.0},
+               {"kind": "update", "step": 0, "update": 1, "entropy_mean": 9.0},
                {"kind": "step", "step": 1, "entropy_mean": 0.25},
+               {"kind": "update", "step": 1, "update": 0, "entropy_mean": None},
                {"kind": "eval", "step": 1}]
     (trunk / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert trunk_rollout_entropy(trunk) == {0: 1.5, 1: 0.25}
-    assert trunk_rollout_entropy(tmp_path / "none") == {}
+    assert trunk_entropies(trunk) == ({0: 1.5, 1: 0.25}, {(0, 1): 9.0})
+    assert trunk_entropies(tmp_path / "none") == ({}, {})
+    branches = pd.DataFrame({"rollout": [0, 0, 1], "update": [1, 2, 1]})
+    got = with_trunk_entropies(branches, trunk)
+    assert got["trunk_entropy"].tolist() == [1.5, 1.5, 0.25]
+    assert got["minibatch_entropy"].tolist()[0] == 9.0 and got["minibatch_entropy"].isna().tolist() == [False, True, True]
