@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     claims = (sweeps.get(args.sweep) or {}).get("claims")
     if not claims:
         config_exit(f"--sweep: {args.sweep!r} in {args.sweeps_file} declares no `claims`")
-    path = write_report(args.studies, claims, args.out, formats=args.formats)
+    holdout = (sweeps.get(args.sweep) or {}).get("holdout") or []
+    path = write_report(args.studies, claims, args.out, formats=args.formats, holdout=holdout)
     print(f"wrote {path}")
     return 0
 

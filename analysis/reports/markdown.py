@@ -3,6 +3,8 @@ suites that every table shares."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from analysis.claims.distance import COLUMN as SEEDS_NEEDED
@@ -73,6 +75,14 @@ def between_markers(text: str, start: str, end: str, body: str, what: str) -> st
     head, rest = text.split(start + "\n", 1)
     _, tail = rest.split(end, 1)
     return head + start + "\n" + body + end + tail
+
+
+def fmt_effect(x: float | None, digits: int = 4) -> str:
+    """A signed effect: 4 significant digits below 0.01 ('-0.004216'), else 4 decimals
+    ('+0.0187'); '-' for none."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:+.{digits}g}" if abs(x) < 1e-2 and x != 0 else f"{x:+.{digits}f}"
 
 
 def md_table(df: pd.DataFrame) -> str:

@@ -24,6 +24,8 @@ from analysis.figures.microscope import (
     own_effects,
 )
 from analysis.figures.microscope_splits import SPLITS, class_effects_by, draw_insight2_splits
+from analysis.reports.markdown import fmt_effect
+from analysis.reports.microscope_holdout import holdout_table
 from analysis.reports.microscope_trunk import with_trunk_entropies
 
 
@@ -46,21 +48,15 @@ def load_tables(studies: list[Path]) -> tuple[dict[str, pd.DataFrame], list[dict
     return {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in tables.items()}, meta
 
 
-def fmt(x: float, digits: int = 4) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return f"{x:+.{digits}g}" if abs(x) < 1e-2 and x != 0 else f"{x:+.{digits}f}"
-
-
 def claims_table(judged: pd.DataFrame) -> list[str]:
     lines = ["| id | claim | compared | paper | expected before the runs | measured (95% cluster bootstrap) "
              "| 95% t over trunk means | trunks agreeing | verdict (after Holm where it differs) "
              "| states needed | trunks needed |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in judged.itertuples():
-        measured = (f"{fmt(r.mean)} [{fmt(r.low)}, {fmt(r.high)}], {r.states} states"
+        measured = (f"{fmt_effect(r.mean)} [{fmt_effect(r.low)}, {fmt_effect(r.high)}], {r.states} states"
                     if r.states else "no data")
-        over_trunks = "-" if math.isnan(r.t_low) else f"[{fmt(r.t_low)}, {fmt(r.t_high)}]"
+        over_trunks = "-" if math.isnan(r.t_low) else f"[{fmt_effect(r.t_low)}, {fmt_effect(r.t_high)}]"
         # the raw verdict, and Holm's where it differs (a pilot or no data has no Holm step)
         judged_as = (r.verdict if r.holm_verdict == r.verdict
                      else f"{r.verdict}; after Holm {r.holm_verdict}")
@@ -87,7 +83,7 @@ def insight2_table(branches: pd.DataFrame) -> list[str]:
             continue
         e = effects.loc[f"mask:{c}"]
         lines.append(f"| {CLASS_LABELS[c]} | {'rises' if sign > 0 else 'falls'} | "
-                     f"{fmt(e['mean'])} [{fmt(e['low'])}, {fmt(e['high'])}] | {int(e['states'])} "
+                     f"{fmt_effect(e['mean'])} [{fmt_effect(e['low'])}, {fmt_effect(e['high'])}] | {int(e['states'])} "
                      f"| {norm_clipped[f'mask:{c}']:.2f} |")
     return lines + ["", NORM_CLIP_NOTE]
 
@@ -101,6 +97,13 @@ NORM_CLIP_NOTE = (
     "clipped size, so a class that binds more often is damped more: the rows compare "
     "directions, and a class's size only against classes clipped as often.")
 
+
+HOLDOUT_NOTE = (
+    "Readings found exploring some trunks, written down (dated, in experiments/sweeps.yaml) "
+    "before the other trunks' rows were read, and judged on those trunks alone. Not among the "
+    "claims (no Holm step); \"replicated\": the bootstrap interval excludes 0 on the paper's "
+    "side and every trunk's own mean has the paper's sign, a weaker rule than a verdict's "
+    "(analysis/reports/microscope_holdout.py).")
 
 # What the split tables are, said once under them
 SPLITS_NOTE = (
@@ -141,7 +144,7 @@ def _split_cell(effects: pd.DataFrame, arm: str, group: str) -> str:
     if (arm, group) not in effects.index:
         return "-"
     e = effects.loc[(arm, group)]
-    return f"{fmt(e['mean'])} [{fmt(e['low'])}, {fmt(e['high'])}], {int(e['states'])} states"
+    return f"{fmt_effect(e['mean'])} [{fmt_effect(e['low'])}, {fmt_effect(e['high'])}], {int(e['states'])} states"
 
 
 def arm_summary(branches: pd.DataFrame) -> list[str]:
@@ -155,7 +158,7 @@ def arm_summary(branches: pd.DataFrame) -> list[str]:
              "| clip frac, low-p A>0 | grad norm | norm clip bound |", "|---" * 10 + "|"]
     for arm, r in table.iterrows():
         lines.append(f"| {arm} | {int(r['states'])} | " + " | ".join(
-            fmt(r[c]) for c in [*cols, "norm_clipped"]) + " |")
+            fmt_effect(r[c]) for c in [*cols, "norm_clipped"]) + " |")
     return lines
 
 
@@ -198,7 +201,7 @@ def search_outcomes(branches: pd.DataFrame) -> list[str]:
 
 
 def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png",),
-                 dpi: int = 150) -> Path:
+                 dpi: int = 150, holdout: list[dict] = ()) -> Path:
     studies = find_studies(roots)
     tables, meta = load_tables(studies)
     judged = judge([Claim.from_entry(c) for c in claims], tables)
@@ -215,6 +218,8 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
     if not horizons.empty:
         figures.append(draw_horizon_accuracy(horizons, out, formats, dpi))
     lines = _header(meta, branches, horizons) + ["## Claims", ""] + claims_table(judged)
+    if holdout:
+        lines += ["", "## Holdout checks", "", HOLDOUT_NOTE, ""] + holdout_table(list(holdout), tables)
     if not branches.empty:
         lines += ["", "## Insight 2, measured", ""] + insight2_table(branches)
         lines += ["", "## Insight 2 by training phase and by mini-batch entropy (exploratory)"]
