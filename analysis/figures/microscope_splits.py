@@ -15,10 +15,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from analysis.claims.microscope import KEYS
 from analysis.core.style import save
 from analysis.figures.microscope import CLASS_LABELS, CLASS_SIGNS, own_effects
 
-STATE = ["seed", "rollout", "update"]
+STATE = KEYS["branches"]  # a state: (experiment, trunk, minibatch, seed, rollout, update)
 # split name -> (its column, what a reader is told a group is)
 SPLITS = {"phase": ("rollout", "rollouts"), "entropy": ("minibatch_entropy", "mini-batch entropy")}
 
