@@ -20,6 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.core.power import seeds_needed, t_quantile
+from analysis.core.stats import t_sf
+
 REPS = 10_000
 SEED = 20_261_206  # fixed: a rerun of the report gives the same intervals
 
@@ -90,9 +93,6 @@ def trunk_t(boot: Boot) -> TrunkT:
     normal trunk means whatever the correlation within a trunk, where the bootstrap's first
     stage, with 3-4 trunks, covers as little as 0.76-0.85 once trunks differ
     (experiments/microscope/bootstrap_coverage.py)."""
-    from analysis.core.power import t_quantile
-    from analysis.core.stats import t_sf
-
     g = len(boot.cluster_means)
     if g < 2:
         return TrunkT(math.nan, math.nan, math.nan, math.nan)
@@ -108,8 +108,6 @@ def trunks_needed(boot: Boot, alpha: float, power: float = 0.8) -> float:
     """Trunks (each as many states as these) that a t-test over trunk means at `alpha` would
     need to settle the measured mean with `power`, from the trunks' measured sd: more states
     of the same trunks cannot shrink the trunk-to-trunk part. An order of magnitude."""
-    from analysis.core.power import seeds_needed
-
     spread = trunk_t(boot).sd
     if not (spread > 0 and boot.mean):
         return math.nan

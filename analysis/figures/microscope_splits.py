@@ -61,8 +61,9 @@ def class_effects_by(branches: pd.DataFrame, split: str) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
-def draw_insight2_splits(branches: pd.DataFrame, out: Path, formats, dpi) -> list[Path]:
-    panels = [(s, e) for s in SPLITS if not (e := class_effects_by(branches, s)).empty]
+def draw_insight2_splits(by_split: dict[str, pd.DataFrame], out: Path, formats, dpi) -> list[Path]:
+    """One panel a split with effects (split -> its class_effects_by)."""
+    panels = [(s, e) for s, e in by_split.items() if not e.empty]
     fig, axes = plt.subplots(len(panels), 1, figsize=(8.0, 3.9 * len(panels)), sharey=True,
                              squeeze=False)
     for ax, (split, effects) in zip(axes[:, 0], panels, strict=True):

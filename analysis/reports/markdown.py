@@ -85,6 +85,11 @@ def fmt_effect(x: float | None, digits: int = 4) -> str:
     return f"{x:+.{digits}g}" if abs(x) < 1e-2 and x != 0 else f"{x:+.{digits}f}"
 
 
+def fmt_interval(mean: float, low: float, high: float) -> str:
+    """'-0.004216 [-0.00822, -0.001193]': an effect and its interval, each by fmt_effect."""
+    return f"{fmt_effect(mean)} [{fmt_effect(low)}, {fmt_effect(high)}]"
+
+
 def md_table(df: pd.DataFrame) -> str:
     cells = df.astype(str).map(lambda v: v.replace("|", "\\|").replace("\n", " "))
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]

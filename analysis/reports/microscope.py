@@ -24,7 +24,7 @@ from analysis.figures.microscope import (
     own_effects,
 )
 from analysis.figures.microscope_splits import SPLITS, class_effects_by, draw_insight2_splits
-from analysis.reports.markdown import fmt_effect
+from analysis.reports.markdown import fmt_effect, fmt_interval
 from analysis.reports.microscope_holdout import holdout_table
 from analysis.reports.microscope_trunk import with_trunk_entropies
 
@@ -42,9 +42,9 @@ def load_tables(studies: list[Path]) -> tuple[dict[str, pd.DataFrame], list[dict
         for name in tables:
             path = study / f"{name}.parquet"
             if path.exists():
-                tables[name].append(pd.read_parquet(path))
-        if (study / "branches.parquet").exists():
-            tables["branches"][-1] = with_trunk_entropies(tables["branches"][-1], study / "trunk")
+                table = pd.read_parquet(path)
+                tables[name].append(with_trunk_entropies(table, study / "trunk")
+                                    if name == "branches" else table)
     return {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in tables.items()}, meta
 
 
@@ -54,7 +54,7 @@ def claims_table(judged: pd.DataFrame) -> list[str]:
              "| states needed | trunks needed |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in judged.itertuples():
-        measured = (f"{fmt_effect(r.mean)} [{fmt_effect(r.low)}, {fmt_effect(r.high)}], {r.states} states"
+        measured = (f"{fmt_interval(r.mean, r.low, r.high)}, {r.states} states"
                     if r.states else "no data")
         over_trunks = "-" if math.isnan(r.t_low) else f"[{fmt_effect(r.t_low)}, {fmt_effect(r.t_high)}]"
         # the raw verdict, and Holm's where it differs (a pilot or no data has no Holm step)
@@ -83,7 +83,7 @@ def insight2_table(branches: pd.DataFrame) -> list[str]:
             continue
         e = effects.loc[f"mask:{c}"]
         lines.append(f"| {CLASS_LABELS[c]} | {'rises' if sign > 0 else 'falls'} | "
-                     f"{fmt_effect(e['mean'])} [{fmt_effect(e['low'])}, {fmt_effect(e['high'])}] | {int(e['states'])} "
+                     f"{fmt_interval(e['mean'], e['low'], e['high'])} | {int(e['states'])} "
                      f"| {norm_clipped[f'mask:{c}']:.2f} |")
     return lines + ["", NORM_CLIP_NOTE]
 
@@ -116,9 +116,9 @@ SPLITS_NOTE = (
     "mini-batch.")
 
 
-def split_table(branches: pd.DataFrame, split: str) -> list[str]:
-    """Insight 2's table within each third of a split (microscope_splits.SPLITS)."""
-    effects = class_effects_by(branches, split)
+def split_table(effects: pd.DataFrame, split: str) -> list[str]:
+    """Insight 2's table within each third of a split (microscope_splits.SPLITS), from its
+    class_effects_by."""
     if effects.empty:
         return [f"No class-mask arm (with a zero arm and a `{SPLITS[split][0]}`) to split by."]
     groups = list(dict.fromkeys(effects["group"]))
@@ -144,7 +144,7 @@ def _split_cell(effects: pd.DataFrame, arm: str, group: str) -> str:
     if (arm, group) not in effects.index:
         return "-"
     e = effects.loc[(arm, group)]
-    return f"{fmt_effect(e['mean'])} [{fmt_effect(e['low'])}, {fmt_effect(e['high'])}], {int(e['states'])} states"
+    return f"{fmt_interval(e['mean'], e['low'], e['high'])}, {int(e['states'])} states"
 
 
 def arm_summary(branches: pd.DataFrame) -> list[str]:
@@ -209,12 +209,14 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
     out.mkdir(parents=True, exist_ok=True)
     figures = []
     arms = set(branches["arm"]) if not branches.empty else set()
+    # the bootstraps of each third, read by its table and its figure panel
+    by_split = {s: class_effects_by(branches, s) for s in SPLITS} if not branches.empty else {}
     if "zero" in arms:  # every figure reads a rule against the zero step
         figures += [draw_entropy_by_arm(branches, out, formats, dpi),
                     draw_logp_vs_share(branches, out, formats, dpi)]
         if any(a.startswith("mask:") for a in arms):
             figures += [draw_insight2(branches, out, formats, dpi),
-                        draw_insight2_splits(branches, out, formats, dpi)]
+                        draw_insight2_splits(by_split, out, formats, dpi)]
     if not horizons.empty:
         figures.append(draw_horizon_accuracy(horizons, out, formats, dpi))
     lines = _header(meta, branches, horizons) + ["## Claims", ""] + claims_table(judged)
@@ -223,8 +225,8 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
     if not branches.empty:
         lines += ["", "## Insight 2, measured", ""] + insight2_table(branches)
         lines += ["", "## Insight 2 by training phase and by mini-batch entropy (exploratory)"]
-        for split in SPLITS:
-            lines += [""] + split_table(branches, split)
+        for split, effects in by_split.items():
+            lines += [""] + split_table(effects, split)
         lines += ["", SPLITS_NOTE]
         lines += ["", "## Each arm, mean over its states", ""] + arm_summary(branches)
         lines += ["", "## Where adaptive bounds sat"] + bounds_distribution(branches)

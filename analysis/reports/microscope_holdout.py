@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.claims.microscope import DIRECTIONS, FIELDS, Claim, differences
+from analysis.claims.microscope import DIRECTIONS, Claim, differences
 from analysis.core.cluster_bootstrap import Boot, cluster_bootstrap
 from analysis.reports.markdown import fmt_effect
 
@@ -32,7 +32,7 @@ def holdout_table(checks: list[dict], tables: dict[str, pd.DataFrame]) -> list[s
              "| measured (95% cluster bootstrap) | trunks with the paper's sign | outcome |",
              "|---|---|---|---|---|---|---|---|---|"]
     for entry in checks:
-        check = Claim.from_entry({k: v for k, v in entry.items() if k in (*FIELDS, "ref", "where")})
+        check = Claim.from_entry(entry)
         direction = DIRECTIONS[check.direction]
         if direction == 0:
             raise ValueError(f"holdout check {check.id}: direction must be up or down")

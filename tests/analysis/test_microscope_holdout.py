@@ -28,8 +28,7 @@ def test_replicated_needs_the_interval_and_every_trunk_on_the_papers_side():
 
 CHECK = {"id": "H9", "claim": "a reading", "table": "branches", "metric": "d_entropy",
          "arm": "mask:low_pos", "ref": "zero", "direction": "up", "paper": "rises",
-         "expect": "replicated", "where": "seed >= 2 and minibatch_entropy >= 1.0",
-         "found": "trunks 0-1"}
+         "expect": "replicated", "where": "seed >= 2 and minibatch_entropy >= 1.0"}
 
 
 def _branches() -> pd.DataFrame:
@@ -62,3 +61,8 @@ def test_a_check_reads_only_the_rows_its_where_keeps():
 def test_a_check_without_a_direction_is_refused():
     with pytest.raises(ValueError, match="H9: direction must be up or down"):
         holdout_table([{**CHECK, "direction": "none"}], {"branches": _branches()})
+
+
+def test_a_key_a_claim_does_not_have_is_refused_not_dropped():
+    with pytest.raises(TypeError, match="wher"):
+        holdout_table([{**CHECK, "wher": "seed >= 2"}], {"branches": _branches()})

@@ -21,6 +21,7 @@ from analysis.core.cluster_bootstrap import (
     trunk_t,
     trunks_needed,
 )
+from analysis.figures.microscope_splits import class_effects_by
 from analysis.microscope_report import main as report_main
 from analysis.reports.microscope import search_outcomes, split_table, write_report
 from analysis.reports.microscope_trunk import trunk_entropies, with_trunk_entropies
@@ -213,6 +214,10 @@ def test_the_committed_report_regenerates_from_the_committed_studies(tmp_path):
     assert (tmp_path / "REPORT.md").read_text() == committed
 
 
+def _split(branches: pd.DataFrame, split: str) -> list[str]:
+    return split_table(class_effects_by(branches, split), split)
+
+
 def test_insight2_by_phase_splits_the_rollouts_in_thirds_and_reads_each_alone():
     # the low-p A>0 mask raises the entropy by 0.3 in the first two rollouts only: the pooled
     # mean is 0.1, each third's its own (rollouts 0-1: 0.3; 2-3 and 4-5: 0)
@@ -220,7 +225,7 @@ def test_insight2_by_phase_splits_the_rollouts_in_thirds_and_reads_each_alone():
     early = (table["arm"] == "mask:low_pos") & (table["rollout"] < 2)
     table.loc[early, "d_entropy"] += 0.3
     table["entropy_before"] = 2.0 - 0.1 * table["rollout"]
-    lines = split_table(table, "phase")
+    lines = _split(table, "phase")
     assert lines[0] == "| token class | paper (Insight 2) | rollouts 0-1 | rollouts 2-3 | rollouts 4-5 |"
     row = next(line for line in lines if line.startswith("| p low, A > 0 | rises |"))
     # 3 trunks x 2 rollouts x 3 updates a third; with no noise each interval is a point
@@ -233,9 +238,9 @@ def test_insight2_by_phase_splits_the_rollouts_in_thirds_and_reads_each_alone():
     trunk = next(line for line in lines if line.startswith("| the trunk's rollout entropy"))
     assert trunk.endswith("| - | - | - |")
     table["trunk_entropy"] = 1.0 - 0.1 * table["rollout"]
-    trunk = next(line for line in split_table(table, "phase") if line.startswith("| the trunk's"))
+    trunk = next(line for line in _split(table, "phase") if line.startswith("| the trunk's"))
     assert trunk.endswith("| 0.950 | 0.750 | 0.550 |")
-    assert split_table(table, "entropy") == [
+    assert _split(table, "entropy") == [
         "No class-mask arm (with a zero arm and a `minibatch_entropy`) to split by."]
 
 
@@ -248,7 +253,7 @@ def test_insight2_by_minibatch_entropy_splits_the_states_in_thirds_by_their_entr
     states["minibatch_entropy"] = np.random.default_rng(1).permutation(36) / 10
     table = table.merge(states, on=["seed", "rollout", "update"])
     table.loc[(table["arm"] == "mask:low_pos") & (table["minibatch_entropy"] >= 2.4), "d_entropy"] += 1.0
-    lines = split_table(table, "entropy")
+    lines = _split(table, "entropy")
     assert lines[0] == ("| token class | paper (Insight 2) | mini-batch entropy 0.00-1.10 | "
                         "mini-batch entropy 1.20-2.30 | mini-batch entropy 2.40-3.50 |")
     row = next(line for line in lines if line.startswith("| p low, A > 0 | rises |"))
