@@ -52,6 +52,8 @@ class Claim:
     metric_ref: str | None = None
     threshold: float = 0.0
     where: str | None = None  # a pandas query on the table first (e.g. "horizon > 0")
+    # the prose `expect` transcribed into checks (analysis/claims/microscope_expect.py)
+    expect_check: dict | None = None
 
     @classmethod
     def from_entry(cls, entry: dict) -> Claim:

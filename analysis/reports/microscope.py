@@ -14,6 +14,7 @@ import pandas as pd
 import yaml
 
 from analysis.claims.microscope import Claim, judge
+from analysis.claims.microscope_expect import judge_expectations, unchecked_clauses
 from analysis.figures.microscope import (
     CLASS_LABELS,
     CLASS_SIGNS,
@@ -51,8 +52,8 @@ def load_tables(studies: list[Path]) -> tuple[dict[str, pd.DataFrame], list[dict
 def claims_table(judged: pd.DataFrame) -> list[str]:
     lines = ["| id | claim | compared | paper | expected before the runs | measured (95% cluster bootstrap) "
              "| 95% t over trunk means | trunks agreeing | verdict (after Holm where it differs) "
-             "| states needed | trunks needed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| against the expectation | states needed | trunks needed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in judged.itertuples():
         measured = (f"{fmt_interval(r.mean, r.low, r.high)}, {r.states} states"
                     if r.states else "no data")
@@ -61,7 +62,7 @@ def claims_table(judged: pd.DataFrame) -> list[str]:
         judged_as = (r.verdict if r.holm_verdict == r.verdict
                      else f"{r.verdict}; after Holm {r.holm_verdict}")
         lines.append(f"| {r.id} | {r.claim} | {r.compared} ({r.metric}) | {r.paper} | {r.expect} | "
-                     f"{measured} | {over_trunks} | {r.agree} | {judged_as} | "
+                     f"{measured} | {over_trunks} | {r.agree} | {judged_as} | {r.expectation} | "
                      f"{approx_needed(r.states_needed)} | {approx_needed(r.trunks_needed)} |")
     return lines
 
@@ -96,6 +97,14 @@ NORM_CLIP_NOTE = (
     "its step down. The step then enters AdamW's moments (carried from the trunk) at the "
     "clipped size, so a class that binds more often is damped more: the rows compare "
     "directions, and a class's size only against classes clipped as often.")
+
+
+EXPECT_NOTE = (
+    "`against the expectation`: each row's expectation, written before any part ran, as "
+    "transcribed into checks beside it in experiments/sweeps.yaml (`expect_check`: the final "
+    "verdict, a range for the mean, an order against other rows), applied by "
+    "analysis/claims/microscope_expect.py; a row is judged once it and every row it refers to "
+    "have a verdict.")
 
 
 HOLDOUT_NOTE = (
@@ -204,7 +213,10 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
                  dpi: int = 150, holdout: list[dict] = ()) -> Path:
     studies = find_studies(roots)
     tables, meta = load_tables(studies)
-    judged = judge([Claim.from_entry(c) for c in claims], tables)
+    parsed = [Claim.from_entry(c) for c in claims]
+    checks = {c.id: c.expect_check for c in parsed if c.expect_check}
+    judged = judge(parsed, tables)
+    judged["expectation"] = judge_expectations(judged, checks)
     branches, horizons = tables["branches"], tables["horizons"]
     out.mkdir(parents=True, exist_ok=True)
     figures = []
@@ -220,6 +232,10 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
     if not horizons.empty:
         figures.append(draw_horizon_accuracy(horizons, out, formats, dpi))
     lines = _header(meta, branches, horizons) + ["## Claims", ""] + claims_table(judged)
+    lines += ["", EXPECT_NOTE]
+    if unchecked_clauses(checks):
+        lines += ["", "Clauses of the expectations that no check transcribes (judged in words):", "",
+                  *unchecked_clauses(checks)]
     if holdout:
         lines += ["", "## Holdout checks", "", HOLDOUT_NOTE, ""] + holdout_table(list(holdout), tables)
     if not branches.empty:
