@@ -28,8 +28,8 @@ SHOWN = ("E1.high_pos", "E1.low_neg", "E1.low_pos", "E1.high_neg", "E2.raise_hig
          "E5.bapo", "E5.clip_higher")
 GRAIN = {"branches": "one update", "horizons": "short horizon"}  # claims.csv's `table`
 HEADER = ["claim (paper)", "paper", "grain", "measured: mean [95% cluster bootstrap]",
-          "95% t over trunk means", "trunks agreeing", "verdict", "states needed",
-          "trunks needed"]
+          "95% t over trunk means", "trunks agreeing", "verdict", "against the expectation",
+          "states needed", "trunks needed"]
 
 
 def number(x: float) -> str:
@@ -49,7 +49,7 @@ def row_cells(row: pd.Series) -> list[str]:
               else f"{row['verdict']}; {row['holm_verdict']} after Holm")
     return [f"{row['claim']} ({row['id']})", row["paper"], GRAIN[row["table"]], measured,
             over_trunks, row["agree"] if isinstance(row["agree"], str) else "-", judged,
-            approx_needed(row["states_needed"]), approx_needed(row["trunks_needed"])]
+            row["expectation"], approx_needed(row["states_needed"]), approx_needed(row["trunks_needed"])]
 
 
 def table(root: Path = ROOT) -> str:
@@ -59,7 +59,21 @@ def table(root: Path = ROOT) -> str:
     if missing:
         raise LookupError(f"{CLAIMS}: no row {', '.join(missing)}; fix SHOWN in {__name__}")
     rows = pd.DataFrame([row_cells(claims.loc[i]) for i in SHOWN], columns=HEADER)
-    return md_table(rows) + "\n\n" + verdict_summary(claims.loc[list(SHOWN)]) + "\n"
+    shown = claims.loc[list(SHOWN)]
+    return (md_table(rows) + "\n\n" + verdict_summary(shown) + " "
+            + expectation_summary(shown) + "\n")
+
+
+# the outcomes of analysis/claims/microscope_expect.py, by the words each begins with
+EXPECTATION_OUTCOMES = ("as expected", "not as expected", "pending", "in prose only")
+
+
+def expectation_summary(shown: pd.DataFrame) -> str:
+    """The rows against their expectations, counted: 'Against the expectations written before
+    the runs: 2 as expected, 1 not as expected, 10 pending.'"""
+    counts = {o: int(shown["expectation"].str.startswith(o).sum()) for o in EXPECTATION_OUTCOMES}
+    words = [f"{n} {o}" for o, n in counts.items() if n]
+    return "Against the expectations written before the runs: " + ", ".join(words) + "."
 
 
 def verdict_summary(shown: pd.DataFrame) -> str:

@@ -10,7 +10,14 @@ import pandas as pd
 import pytest
 
 from analysis.reports import readme_microscope
-from analysis.reports.readme_microscope import END, START, fill, row_cells, verdict_summary
+from analysis.reports.readme_microscope import (
+    END,
+    START,
+    expectation_summary,
+    fill,
+    row_cells,
+    verdict_summary,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,23 +39,26 @@ def _row(**over) -> pd.Series:
     row = {"id": "E9.x", "claim": "a claim", "paper": "> 0", "table": "branches",
            "mean": -0.00930067, "low": -0.0162859, "high": -0.00364251, "t_low": -0.0565,
            "t_high": 0.0379, "states": 60, "agree": "2 of 2", "verdict": "pilot (2 trunks)",
-           "holm_verdict": "pilot (2 trunks)", "states_needed": 110.85, "trunks_needed": 7.0}
+           "holm_verdict": "pilot (2 trunks)", "expectation": "pending: pilot (2 trunks)",
+           "states_needed": 110.85, "trunks_needed": 7.0}
     return pd.Series({**row, **over})
 
 
 def test_a_row_reads_its_numbers_grain_verdict_and_what_it_would_need():
     assert row_cells(_row()) == ["a claim (E9.x)", "> 0", "one update",
                                  "-0.0093 [-0.0163, -0.00364], 60 states", "[-0.0565, +0.0379]",
-                                 "2 of 2", "pilot (2 trunks)", "~111", "~7"]
+                                 "2 of 2", "pilot (2 trunks)", "pending: pilot (2 trunks)", "~111",
+                                 "~7"]
     later = row_cells(_row(table="horizons", verdict="held", holm_verdict="not settled",
                            states_needed=math.nan, trunks_needed=math.nan, mean=1.8306,
-                           low=1.2542, high=2.3176, t_low=1.04, t_high=2.62))
+                           low=1.2542, high=2.3176, t_low=1.04, t_high=2.62,
+                           expectation="as expected"))
     assert later[2:] == ["short horizon", "+1.83 [+1.25, +2.32], 60 states", "[+1.04, +2.62]",
-                         "2 of 2", "held; not settled after Holm", "-", "-"]
+                         "2 of 2", "held; not settled after Holm", "as expected", "-", "-"]
     unrun = row_cells(_row(states=0, agree=math.nan, verdict="no data", holm_verdict="no data",
                            t_low=math.nan, t_high=math.nan, states_needed=math.nan,
-                           trunks_needed=math.nan))
-    assert unrun[3:] == ["no data yet", "-", "-", "no data", "-", "-"]
+                           trunks_needed=math.nan, expectation="pending: no data"))
+    assert unrun[3:] == ["no data yet", "-", "-", "no data", "pending: no data", "-", "-"]
 
 
 def test_fill_needs_its_markers_and_a_shown_id_needs_its_row(tmp_path):
@@ -70,3 +80,12 @@ def test_the_summary_counts_each_grains_verdicts_after_holm():
                                       "2 not settled; short horizon (3 rows): 2 pilots "
                                       "(2 trunks), 1 no data.")
     assert verdict_summary(shown.iloc[[4]]) == "After Holm, short horizon (1 row): 1 pilot (2 trunks)."
+
+
+def test_the_expectations_are_counted_by_outcome_never_mixing_not_as_expected_in():
+    shown = pd.DataFrame({"expectation": [
+        "as expected", "not as expected: mean 0.43 outside [0, 0.1]", "as expected",
+        "pending: pilot (2 trunks)", "in prose only", "not as expected: held, expected not settled"]})
+    assert expectation_summary(shown) == ("Against the expectations written before the runs: "
+                                          "2 as expected, 2 not as expected, 1 pending, "
+                                          "1 in prose only.")
