@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from analysis.claims.microscope import Claim
 from analysis.claims.microscope_expect import judge_expectations, unchecked_clauses, validate
 from tests.conftest import REPO
 
@@ -78,7 +79,11 @@ def test_a_malformed_check_is_refused_naming_what_is_wrong(check, names):
     assert names in str(err.value)
 
 
-def test_the_committed_study_transcribes_every_claims_expectation():
-    study = yaml.safe_load((REPO / "experiments/sweeps.yaml").read_text())["microscope_smol"]
-    checks = {c["id"]: c["expect_check"] for c in study["claims"]}  # KeyError names a row without one
-    validate(checks, set(checks))
+def test_every_committed_study_transcribes_every_claims_expectation():
+    sweeps = yaml.safe_load((REPO / "experiments/sweeps.yaml").read_text())
+    studies = {name: e for name, e in sweeps.items() if e.get("entry") == "microscope"}
+    assert {"microscope_smol", "microscope_smol_early"} <= set(studies)
+    for study in studies.values():
+        [Claim.from_entry(c) for c in study["claims"]]  # each a well-formed claim row
+        checks = {c["id"]: c["expect_check"] for c in study["claims"]}  # KeyError: a row without one
+        validate(checks, set(checks))
