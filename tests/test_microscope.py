@@ -271,3 +271,24 @@ def test_a_study_part_becomes_microscope_commands_with_its_settings(tmp_path):
     assert settings.dir == str(tmp_path / "smol_4x" / "ppo" / "eval.every=6,train.staleness_mode="
                                "fixed_update,train.steps=18" / "seed1")
 
+
+
+def test_status_counts_the_planned_states_and_the_hours_left_at_the_jobs_pace(tmp_path):
+    import pandas as pd
+
+    from experiments.microscope.run_study import planned_states, status, study_jobs
+
+    first, *fifth = study_jobs("microscope_smol", [1, 5], tmp_path)
+    # part 1: rollouts 0-24 x updates 1-3; part 5: rollouts 0-16 x updates 1-3
+    assert planned_states(first) == 25 * 3 and planned_states(fifth[0]) == 17 * 3
+    assert planned_states([*first[:-1], "microscope.updates=[1,3]", "microscope.last=8"]) == 18
+    where = tmp_path / "smol_4x" / "ppo" / "seed0"
+    where.mkdir(parents=True)
+    # 15 states (5 rollouts x 3 updates), two arms each, 0.2 h of branches a state in all
+    rows = [{"rollout": r, "update": u, "arm": a, "time_update_s": 300.0, "time_read_s": 60.0}
+            for r in range(5) for u in (1, 2, 3) for a in ("ppo", "bapo")]
+    pd.DataFrame(rows).to_parquet(where / "branches.parquet")
+    line = status([first])[0]
+    assert "trunk not started at rollout 0; 15 of 75 states branched (3.00 h" in line
+    assert "about 12.0 h of branches left at its pace" in line  # 60 states x 0.2 h
+    assert "left" not in status([fifth[0]])[0]  # nothing branched: no pace to read

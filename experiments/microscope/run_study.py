@@ -138,10 +138,21 @@ def status(jobs: list[list[str]]) -> list[str]:
         b = done["branches"]
         states = 0 if b.empty else b.groupby(["rollout", "update"]).ngroups
         hours = 0.0 if b.empty else float(b["time_update_s"].sum() + b["time_read_s"].sum()) / 3600
-        lines.append(f"{where}: trunk {state} at rollout {steps}; {states} states branched "
-                     f"({hours:.2f} h of branch updates and readings); "
+        planned = planned_states(job)
+        left = (f"; about {hours / states * (planned - states):.1f} h of branches left at its pace"
+                if states and planned > states else "")
+        lines.append(f"{where}: trunk {state} at rollout {steps}; {states} of {planned} states "
+                     f"branched ({hours:.2f} h of branch updates and readings{left}); "
                      f"{len(done['horizons'])} horizon rows")
     return lines
+
+
+def planned_states(job: list[str]) -> int:
+    """The states a job branches: every update of `microscope.updates` at each rollout up to
+    `microscope.last` (the job's own overrides, as study_jobs spells them)."""
+    settings = dict(arg.split("=", 1) for arg in job if arg.startswith("microscope."))
+    updates = [u for u in settings["microscope.updates"].strip("[]").split(",") if u.strip()]
+    return (int(settings["microscope.last"]) + 1) * len(updates)
 
 
 def main(argv: list[str] | None = None) -> int:
