@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("figures/microscope"))
     parser.add_argument("--formats", nargs="+", default=["png"])
     args = parser.parse_args(argv)
+    from analysis.claims.microscope import parse_claims
     from analysis.reports.microscope import find_studies, write_report
 
     missing = [str(p) for p in args.studies if not p.is_dir()]
@@ -43,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     if not claims:
         config_exit(f"--sweep: {args.sweep!r} in {args.sweeps_file} declares no `claims`")
     holdout = (sweeps.get(args.sweep) or {}).get("holdout") or []
+    try:  # every claim row and expectation check, before any table is read
+        parse_claims(claims)
+    except ValueError as e:
+        config_exit(f"--sweep {args.sweep}: {e}")
     path = write_report(args.studies, claims, args.out, formats=args.formats, holdout=holdout)
     print(f"wrote {path}")
     return 0

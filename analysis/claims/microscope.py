@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from analysis.claims.microscope_expect import validate
 from analysis.core.cluster_bootstrap import (
     Boot,
     cluster_bootstrap,
@@ -72,6 +73,18 @@ class Claim:
         if self.metric_ref:
             return f"{self.metric} - {self.metric_ref} of {self.arm}"
         return f"{self.arm}" + (f" - {self.threshold:g}" if self.threshold else "")
+
+
+def parse_claims(claims: list[dict]) -> tuple[list[Claim], dict[str, dict]]:
+    """The study's claim rows and their expectation checks, each checked before any table is
+    read: ValueError naming the first malformed row or check."""
+    try:
+        parsed = [Claim.from_entry(c) for c in claims]
+    except TypeError as e:  # a key Claim does not have
+        raise ValueError(f"experiments/sweeps.yaml: a microscope claim has an unknown key ({e})") from e
+    checks = {c.id: c.expect_check for c in parsed if c.expect_check}
+    validate(checks, {c.id for c in parsed})
+    return parsed, checks
 
 
 def differences(claim: Claim, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:

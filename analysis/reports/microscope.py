@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analysis.claims.microscope import Claim, judge
+from analysis.claims.microscope import Claim, judge, parse_claims
 from analysis.claims.microscope_expect import judge_expectations, unchecked_clauses
 from analysis.figures.microscope import (
     CLASS_LABELS,
@@ -101,7 +101,7 @@ NORM_CLIP_NOTE = (
 
 
 EXPECT_NOTE = (
-    "`against the expectation`: each row's expectation, written before any part ran, as "
+    "`against the expectation`: each row's expectation, written before the study ran, as "
     "transcribed into checks beside it in experiments/sweeps.yaml (`expect_check`: the final "
     "verdict, a range for the mean, an order against other rows), applied by "
     "analysis/claims/microscope_expect.py; a row is judged once it and every row it refers to "
@@ -212,10 +212,9 @@ def search_outcomes(branches: pd.DataFrame) -> list[str]:
 
 def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png",),
                  dpi: int = 150, holdout: list[dict] = ()) -> Path:
+    parsed, checks = parse_claims(claims)
     studies = find_studies(roots)
     tables, meta = load_tables(studies)
-    parsed = [Claim.from_entry(c) for c in claims]
-    checks = {c.id: c.expect_check for c in parsed if c.expect_check}
     judged = judge(parsed, tables)
     judged["expectation"] = judge_expectations(judged, checks)
     branches, horizons = tables["branches"], tables["horizons"]

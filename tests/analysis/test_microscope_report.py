@@ -203,6 +203,17 @@ def test_the_cli_refuses_a_missing_dir_and_a_sweep_without_claims(tmp_path, caps
     message = config_error(capsys, lambda: report_main(["--studies", str(tmp_path / "s"),
                                                         "--sweep", "main"]))
     assert message.startswith("--sweep: 'main'") and "claims" in message
+    # a malformed expectation check or claim key is refused before any table is read
+    sweeps = tmp_path / "sweeps.yaml"
+    bad = {**CLAIM, "arm": "zero", "direction": "up"}
+    for entry, names in (({**bad, "expect_check": {"range": [0.3, 0.1]}}, "low <= high"),
+                         ({**bad, "expct": "typo"}, "unknown key")):
+        sweeps.write_text(yaml.safe_dump({"study": {"claims": [entry]}}))
+        message = config_error(capsys, lambda: report_main(  # noqa: B023 (called at once)
+            ["--studies", str(tmp_path / "s"), "--sweep", "study", "--sweeps-file", str(sweeps),
+             "--out", str(tmp_path / "out")]))
+        assert message.startswith("--sweep study:") and names in message
+        assert not (tmp_path / "out").exists()
 
 
 def test_the_committed_report_regenerates_from_the_committed_studies(tmp_path):
