@@ -78,16 +78,21 @@ def expectation_summary(shown: pd.DataFrame) -> str:
 
 def verdict_summary(shown: pd.DataFrame) -> str:
     """The rows' verdicts after Holm counted by grain, verdicts in VERDICTS order (a pilot's
-    and a row's with no data after the tested ones): 'After Holm, one update (11 rows): 3 held,
-    8 not settled; short horizon (2 rows): 2 pilots (2 trunks).'"""
+    and a row's with no data after the tested ones), naming the rows that held or did not:
+    'After Holm, one update (11 rows): 2 held (E1.high_pos, E1.high_neg), 9 not settled;
+    short horizon (2 rows): 2 pilots (2 trunks).'"""
     rank = {v: i for i, v in enumerate(VERDICTS)}
     grains = []
     for table_name, grain in GRAIN.items():
-        counts = shown.loc[shown["table"] == table_name, "holm_verdict"].value_counts()
+        mine = shown.loc[shown["table"] == table_name]
+        counts = mine["holm_verdict"].value_counts()
         if counts.empty:
             continue
         ordered = sorted(counts.items(), key=lambda kv: (rank.get(kv[0].split(" (")[0], len(rank)), kv[0]))
-        words = [f"{n} {v.replace('pilot', 'pilots', 1) if n > 1 else v}" for v, n in ordered]
+        named = {v: f" ({', '.join(mine.loc[mine['holm_verdict'] == v, 'id'])})"
+                 for v in ("held", "not held")}
+        words = [f"{n} {v.replace('pilot', 'pilots', 1) if n > 1 else v}{named.get(v, '')}"
+                 for v, n in ordered]
         rows = counts.sum()
         grains.append(f"{grain} ({rows} row{'s' if rows > 1 else ''}): {', '.join(words)}")
     return "After Holm, " + "; ".join(grains) + "."

@@ -72,14 +72,15 @@ def test_fill_needs_its_markers_and_a_shown_id_needs_its_row(tmp_path):
 
 
 def test_the_summary_counts_each_grains_verdicts_after_holm():
-    shown = pd.DataFrame([_row(holm_verdict=v, table=t) for v, t in [
-        ("not settled", "branches"), ("held", "branches"), ("not settled", "branches"),
-        ("not held", "branches"), ("pilot (2 trunks)", "horizons"),
-        ("pilot (2 trunks)", "horizons"), ("no data", "horizons")]])
-    assert verdict_summary(shown) == ("After Holm, one update (4 rows): 1 held, 1 not held, "
-                                      "2 not settled; short horizon (3 rows): 2 pilots "
-                                      "(2 trunks), 1 no data.")
-    assert verdict_summary(shown.iloc[[4]]) == "After Holm, short horizon (1 row): 1 pilot (2 trunks)."
+    shown = pd.DataFrame([_row(id=i, holm_verdict=v, table=t) for i, v, t in [
+        ("E1.a", "not settled", "branches"), ("E1.b", "held", "branches"),
+        ("E2.c", "not settled", "branches"), ("E2.d", "not held", "branches"),
+        ("E3.e", "held", "branches"), ("E5.f", "pilot (2 trunks)", "horizons"),
+        ("E5.g", "pilot (2 trunks)", "horizons"), ("E5.h", "no data", "horizons")]])
+    assert verdict_summary(shown) == ("After Holm, one update (5 rows): 2 held (E1.b, E3.e), "
+                                      "1 not held (E2.d), 2 not settled; short horizon (3 rows): "
+                                      "2 pilots (2 trunks), 1 no data.")
+    assert verdict_summary(shown.iloc[[5]]) == "After Holm, short horizon (1 row): 1 pilot (2 trunks)."
 
 
 def test_the_expectations_are_counted_by_outcome_never_mixing_not_as_expected_in():
