@@ -176,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _shut_down_ranks(trainer) -> None:
     """Under a multi-process launch, wait for every rank and then close the process group,
-    rather than let each rank exit with its connections open. A rank that exits while its
-    peer's gloo connections are live can make the peer abort (SIGABRT, "connection reset by
-    peer") in a background thread; whether that is what once killed rank 1 in the test suite
-    is not known (it was not reproduced), but closing in order removes that path."""
+    rather than let each rank exit with its connections open. In older gloo a rank that exited
+    while its peer's connections were live could make the peer abort (SIGABRT, "connection
+    reset by peer" raised in gloo's own thread); the bundled gloo raises it in the caller
+    instead. Whether either once killed rank 1 in the test suite is not known (it was not
+    reproduced: docs/integrations.md), but closing in order keeps both from happening."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
