@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analysis.claims.microscope import Claim, judge, parse_claims
+from analysis.claims.microscope import judge, parse_claims
 from analysis.claims.microscope_expect import judge_expectations, unchecked_clauses
 from analysis.figures.microscope import (
     CLASS_LABELS,
@@ -26,7 +26,7 @@ from analysis.figures.microscope import (
 )
 from analysis.figures.microscope_splits import SPLITS, class_effects_by, draw_insight2_splits
 from analysis.reports.markdown import fmt_effect, fmt_interval
-from analysis.reports.microscope_bounds import bounds_effects_table
+from analysis.reports.microscope_bounds import bounds_section
 from analysis.reports.microscope_holdout import holdout_table
 from analysis.reports.microscope_trunk import with_trunk_entropies
 
@@ -246,28 +246,13 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
         lines += ["", SPLITS_NOTE]
         lines += ["", "## Each arm, mean over its states", ""] + arm_summary(branches)
         lines += ["", "## Where adaptive bounds sat"] + bounds_distribution(branches)
-        lines += _bapo_by_bounds(branches, parsed)
+        lines += bounds_section(branches, parsed)
         lines += ["", "## How the search ended", ""] + search_outcomes(branches)
     lines += ["", "## Figures", ""] + [f"![{p[0].stem}]({p[0].name})" for p in figures]
     path = out / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")
     judged.to_csv(out / "claims.csv", index=False)
     return path
-
-
-def _bapo_by_bounds(branches: pd.DataFrame, claims: list[Claim]) -> list[str]:
-    """The section that reads bapo - ppo within each bounds pair bapo chose, on the states of
-    the claim comparing their entropy (E3.entropy), whose expectation names the pairs."""
-    claim = next((c for c in claims if (c.arm, c.ref, c.metric) == ("bapo", "ppo", "d_entropy")), None)
-    if claim is None:
-        return []
-    return ["", "## BAPO against ppo by where its bounds sat", "",
-            f"{claim.id}'s expectation, written before the runs: \"{claim.expect}\". Its pooled "
-            "row cannot judge the clause on the bounds, so each pair bapo chose is read alone, "
-            f"on the row's states (`{claim.where}`), with the claims' cluster bootstrap. Outside "
-            "Holm: the split is by bapo's own decision at the state "
-            "(analysis/reports/microscope_bounds.py).", "",
-            *bounds_effects_table(branches, "bapo", "ppo", claim.where)]
 
 
 def _header(meta: list[dict], branches: pd.DataFrame, horizons: pd.DataFrame) -> list[str]:
