@@ -44,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     if not claims:
         config_exit(f"--sweep: {args.sweep!r} in {args.sweeps_file} declares no `claims`")
     holdout = (sweeps.get(args.sweep) or {}).get("holdout") or []
-    try:  # every claim row and expectation check, before any table is read
+    try:  # every claim row, holdout check and expectation check, before any table is read
         parse_claims(claims)
+        parse_claims(holdout)
     except ValueError as e:
         config_exit(f"--sweep {args.sweep}: {e}")
     path = write_report(args.studies, claims, args.out, formats=args.formats, holdout=holdout)

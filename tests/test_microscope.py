@@ -282,6 +282,12 @@ def test_status_counts_the_planned_states_and_the_hours_left_at_the_jobs_pace(tm
     # part 1: rollouts 0-24 x updates 1-3; part 5: rollouts 0-16 x updates 1-3
     assert planned_states(first) == 25 * 3 and planned_states(fifth[0]) == 17 * 3
     assert planned_states([*first[:-1], "microscope.updates=[1,3]", "microscope.last=8"]) == 18
+    # rollouts 2, 5, 8 (first 2, every 3) x 2 updates, as the branch chooses them
+    assert planned_states(["microscope.arms=[ppo]", "microscope.first=2", "microscope.every=3",
+                           "microscope.last=8", "microscope.updates=[1,3]"]) == 6
+    # no last (the run's last rollout) or no updates (every one): the trunk's config decides
+    assert planned_states(["microscope.arms=[ppo]", "microscope.updates=[1]"]) is None
+    assert planned_states(["microscope.arms=[ppo]", "microscope.last=4"]) is None
     where = tmp_path / "smol_4x" / "ppo" / "seed0"
     where.mkdir(parents=True)
     # 15 states (5 rollouts x 3 updates), two arms each, 0.2 h of branches a state in all

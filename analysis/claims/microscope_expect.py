@@ -23,6 +23,10 @@ import pandas as pd
 
 CHECKS = ("verdict", "range", "larger_than", "smallest_of", "unchecked")
 FINAL_VERDICTS = ("held", "not held", "not settled", "measured")
+# what a row can read, by the words it begins with
+AS_EXPECTED, NOT_AS_EXPECTED, PENDING, PROSE_ONLY = ("as expected", "not as expected", "pending",
+                                                     "in prose only")
+OUTCOMES = (AS_EXPECTED, NOT_AS_EXPECTED, PENDING, PROSE_ONLY)
 
 
 def validate(checks: dict[str, dict], ids: set[str]) -> None:
@@ -58,12 +62,12 @@ def judge_expectations(judged: pd.DataFrame, checks: dict[str, dict]) -> pd.Seri
 
 def _judge_row(claim_id: str, rows: pd.DataFrame, check: dict | None) -> str:
     if not check or set(check) == {"unchecked"}:
-        return "in prose only"
+        return PROSE_ONLY
     involved = [claim_id, check.get("larger_than"), *check.get("smallest_of", [])]
     for other in filter(None, involved):
         final = rows.loc[other, "holm_verdict"]
         if final not in FINAL_VERDICTS:
-            return f"pending: {final}" if other == claim_id else f"pending: {other} is {final}"
+            return f"{PENDING}: {final}" if other == claim_id else f"{PENDING}: {other} is {final}"
     mean = rows.loc[claim_id, "mean"]
     misses = []
     if "verdict" in check and rows.loc[claim_id, "holm_verdict"] != check["verdict"]:
@@ -79,7 +83,7 @@ def _judge_row(claim_id: str, rows: pd.DataFrame, check: dict | None) -> str:
     for ref in check.get("smallest_of", []):
         if not abs(mean) < abs(rows.loc[ref, "mean"]):
             misses.append(f"|mean| {abs(mean):.3g} not below {ref}'s {abs(rows.loc[ref, 'mean']):.3g}")
-    return "as expected" if not misses else "not as expected: " + "; ".join(misses)
+    return AS_EXPECTED if not misses else f"{NOT_AS_EXPECTED}: " + "; ".join(misses)
 
 
 def unchecked_clauses(checks: dict[str, dict]) -> list[str]:

@@ -70,15 +70,15 @@ def bounds_effects_table(branches: pd.DataFrame, claims: list[Claim]) -> list[st
     lines = [f"| {arm}: (c_low, c_high) | share of its states | "
              + " | ".join(f"{m}, {arm} - {ref}" for m in metrics) + " |",
              "|---|---|" + "---|" * len(metrics)]
-    for (low, high), pair in effects.groupby(["c_low", "c_high"], sort=False):
+    most_held_first = effects.sort_values("share", ascending=False, kind="stable")
+    for (low, high), pair in most_held_first.groupby(["c_low", "c_high"], sort=False):
         pair = pair.set_index("metric")
         n = int(pair["states"].max())
         cells = ([fmt_interval(pair.loc[m, "mean"], pair.loc[m, "low"], pair.loc[m, "high"])
                   for m in metrics] if n >= MIN_STATES else ["not estimated"] * len(metrics))
-        lines.append((f"| ({low:g}, {high:g}) | {pair['share'].iloc[0]:.3f} ({n} state{'s' * (n != 1)}) | "
-                      + " | ".join(cells) + " |", -n))
-    head, rows = lines[:2], sorted(lines[2:], key=lambda line: line[1])
-    return head + [line for line, _ in rows]
+        lines.append(f"| ({low:g}, {high:g}) | {pair['share'].iloc[0]:.3f} ({n} state{'s' * (n != 1)}) | "
+                     + " | ".join(cells) + " |")
+    return lines
 
 
 def bounds_section(branches: pd.DataFrame, claims: list[Claim]) -> list[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.claims.microscope_expect import OUTCOMES
 from analysis.claims.rules import VERDICTS
 from analysis.reports.markdown import between_markers, md_table
 from analysis.reports.microscope import approx_needed
@@ -64,14 +65,10 @@ def table(root: Path = ROOT) -> str:
             + expectation_summary(shown) + "\n")
 
 
-# the outcomes of analysis/claims/microscope_expect.py, by the words each begins with
-EXPECTATION_OUTCOMES = ("as expected", "not as expected", "pending", "in prose only")
-
-
 def expectation_summary(shown: pd.DataFrame) -> str:
     """The rows against their expectations, counted: 'Against the expectations written before
     the runs: 2 as expected, 1 not as expected, 10 pending.'"""
-    counts = {o: int(shown["expectation"].str.startswith(o).sum()) for o in EXPECTATION_OUTCOMES}
+    counts = {o: int(shown["expectation"].str.startswith(o).sum()) for o in OUTCOMES}
     words = [f"{n} {o}" for o, n in counts.items() if n]
     return "Against the expectations written before the runs: " + ", ".join(words) + "."
 

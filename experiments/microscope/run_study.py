@@ -140,19 +140,23 @@ def status(jobs: list[list[str]]) -> list[str]:
         hours = 0.0 if b.empty else float(b["time_update_s"].sum() + b["time_read_s"].sum()) / 3600
         planned = planned_states(job)
         left = (f"; about {hours / states * (planned - states):.1f} h of branches left at its pace"
-                if states and planned > states else "")
-        lines.append(f"{where}: trunk {state} at rollout {steps}; {states} of {planned} states "
+                if states and planned and planned > states else "")
+        lines.append(f"{where}: trunk {state} at rollout {steps}; {states} of {planned or '?'} states "
                      f"branched ({hours:.2f} h of branch updates and readings{left}); "
                      f"{len(done['horizons'])} horizon rows")
     return lines
 
 
-def planned_states(job: list[str]) -> int:
-    """The states a job branches: every update of `microscope.updates` at each rollout up to
-    `microscope.last` (the job's own overrides, as study_jobs spells them)."""
-    settings = dict(arg.split("=", 1) for arg in job if arg.startswith("microscope."))
-    updates = [u for u in settings["microscope.updates"].strip("[]").split(",") if u.strip()]
-    return (int(settings["microscope.last"]) + 1) * len(updates)
+def planned_states(job: list[str]) -> int | None:
+    """The states a job branches, as src/microscope/branch.py chooses them: every update of
+    `microscope.updates` at each rollout from `first` to `last` in steps of `every`. None where
+    that depends on the trunk's config (`last` or `updates` left null)."""
+    from src.microscope.config import parse_microscope
+
+    settings, _ = parse_microscope(job)
+    if settings.last is None or settings.updates is None:
+        return None
+    return len(range(settings.first, settings.last + 1, settings.every)) * len(settings.updates)
 
 
 def main(argv: list[str] | None = None) -> int:

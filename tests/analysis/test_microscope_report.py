@@ -214,6 +214,12 @@ def test_the_cli_refuses_a_missing_dir_and_a_sweep_without_claims(tmp_path, caps
              "--out", str(tmp_path / "out")]))
         assert message.startswith("--sweep study:") and names in message
         assert not (tmp_path / "out").exists()
+    # a holdout check is a claim row too, refused the same way
+    sweeps.write_text(yaml.safe_dump({"study": {"claims": [bad], "holdout": [{**bad, "wher": "x"}]}}))
+    message = config_error(capsys, lambda: report_main(
+        ["--studies", str(tmp_path / "s"), "--sweep", "study", "--sweeps-file", str(sweeps),
+         "--out", str(tmp_path / "out")]))
+    assert "unknown key" in message and not (tmp_path / "out").exists()
 
 
 def test_the_committed_report_regenerates_from_the_committed_studies(tmp_path):
