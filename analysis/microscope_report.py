@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         parse_claims(holdout)
     except ValueError as e:
         config_exit(f"--sweep {args.sweep}: {e}")
-    path = write_report(args.studies, claims, args.out, formats=args.formats, holdout=holdout)
+    parts = (sweeps.get(args.sweep) or {}).get("parts")
+    path = write_report(args.studies, claims, args.out, formats=args.formats, holdout=holdout,
+                        parts=parts)
     print(f"wrote {path}")
     return 0
 

@@ -14,7 +14,11 @@ is stretched after the fact ("at the top of" a range it lies outside). The check
   reader sees what was left to words.
 
 A row is judged only once it and every row it refers to have a verdict: until then it is
-pending (a pilot or no data), since a pilot's mean is not a finding.
+pending (a pilot or no data), since a pilot's mean is not a finding. Once the study is
+complete (every trunk its design plans is in), a row still a pilot or without data stays so:
+its state is then final, and it is judged as it stands. A `verdict` check then misses (the
+row was expected to end with that verdict and cannot), while a `range` or an order is read on
+the pilot's mean, as the mean of every state the design planned.
 """
 
 from __future__ import annotations
@@ -50,28 +54,34 @@ def validate(checks: dict[str, dict], ids: set[str]) -> None:
             raise ValueError(f"{where}: refers to no claim {missing}; known ids: {sorted(ids)}")
 
 
-def judge_expectations(judged: pd.DataFrame, checks: dict[str, dict]) -> pd.Series:
+def judge_expectations(judged: pd.DataFrame, checks: dict[str, dict],
+                       study_complete: bool = False) -> pd.Series:
     """Per row of `judged` (analysis.claims.microscope.judge's table, with `holm_verdict`): 'as
     expected', 'not as expected: <what differs>', 'pending: <why>' or 'in prose only'
-    (a row with no expect_check)."""
+    (a row with no expect_check). `study_complete`: every planned trunk is in, so no row
+    waits (analysis.claims.microscope_plan.missing_trunks)."""
     validate(checks, set(judged["id"]))
     rows = judged.set_index("id")
-    return pd.Series([_judge_row(i, rows, checks.get(i)) for i in judged["id"]],
+    return pd.Series([_judge_row(i, rows, checks.get(i), study_complete) for i in judged["id"]],
                      index=judged.index, name="expectation")
 
 
-def _judge_row(claim_id: str, rows: pd.DataFrame, check: dict | None) -> str:
+def _judge_row(claim_id: str, rows: pd.DataFrame, check: dict | None, complete: bool) -> str:
     if not check or set(check) == {"unchecked"}:
         return PROSE_ONLY
     involved = [claim_id, check.get("larger_than"), *check.get("smallest_of", [])]
     for other in filter(None, involved):
         final = rows.loc[other, "holm_verdict"]
-        if final not in FINAL_VERDICTS:
+        if final not in FINAL_VERDICTS and not complete:
             return f"{PENDING}: {final}" if other == claim_id else f"{PENDING}: {other} is {final}"
+    empty = [other for other in filter(None, involved) if pd.isna(rows.loc[other, "mean"])]
+    if empty:  # only once the study is complete: a row with a verdict has a mean
+        return f"{NOT_AS_EXPECTED}: no data at the study's end ({', '.join(empty)})"
     mean = rows.loc[claim_id, "mean"]
     misses = []
     if "verdict" in check and rows.loc[claim_id, "holm_verdict"] != check["verdict"]:
-        misses.append(f"{rows.loc[claim_id, 'holm_verdict']}, expected {check['verdict']}")
+        ended = "" if rows.loc[claim_id, "holm_verdict"] in FINAL_VERDICTS else " at the study's end"
+        misses.append(f"{rows.loc[claim_id, 'holm_verdict']}{ended}, expected {check['verdict']}")
     if "range" in check:
         low, high = (float(x) for x in check["range"])
         if not low <= mean <= high:

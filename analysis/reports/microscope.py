@@ -15,6 +15,7 @@ import yaml
 
 from analysis.claims.microscope import judge, parse_claims
 from analysis.claims.microscope_expect import judge_expectations, unchecked_clauses
+from analysis.claims.microscope_plan import completeness_line, missing_trunks
 from analysis.figures.microscope import (
     CLASS_LABELS,
     CLASS_SIGNS,
@@ -105,7 +106,8 @@ EXPECT_NOTE = (
     "transcribed into checks beside it in experiments/sweeps.yaml (`expect_check`: the final "
     "verdict, a range for the mean, an order against other rows), applied by "
     "analysis/claims/microscope_expect.py; a row is judged once it and every row it refers to "
-    "have a verdict.")
+    "have a verdict, or once the study is complete (a pilot then stays a pilot, and a "
+    "`verdict` check on it misses).")
 
 
 HOLDOUT_NOTE = (
@@ -211,12 +213,14 @@ def search_outcomes(branches: pd.DataFrame) -> list[str]:
 
 
 def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png",),
-                 dpi: int = 150, holdout: list[dict] = ()) -> Path:
+                 dpi: int = 150, holdout: list[dict] = (), parts: list[dict] | None = None) -> Path:
+    """`parts`: the study's design (its sweeps.yaml `parts`), to know when it is complete."""
     parsed, checks = parse_claims(claims)
     studies = find_studies(roots)
     tables, meta = load_tables(studies)
     judged = judge(parsed, tables)
-    judged["expectation"] = judge_expectations(judged, checks)
+    complete = bool(parts) and not missing_trunks(parts, meta)
+    judged["expectation"] = judge_expectations(judged, checks, study_complete=complete)
     branches, horizons = tables["branches"], tables["horizons"]
     out.mkdir(parents=True, exist_ok=True)
     figures = []
@@ -232,7 +236,7 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
     if not horizons.empty:
         figures.append(draw_horizon_accuracy(horizons, out, formats, dpi))
     lines = _header(meta, branches, horizons) + ["## Claims", ""] + claims_table(judged)
-    lines += ["", EXPECT_NOTE]
+    lines += ["", EXPECT_NOTE, "", completeness_line(parts, meta)]
     if unchecked_clauses(checks):
         lines += ["", "Clauses of the expectations that no check transcribes (judged in words):", "",
                   *unchecked_clauses(checks)]

@@ -87,3 +87,24 @@ def test_every_committed_study_transcribes_every_claims_expectation():
         [Claim.from_entry(c) for c in study["claims"]]  # each a well-formed claim row
         checks = {c["id"]: c["expect_check"] for c in study["claims"]}  # KeyError: a row without one
         validate(checks, set(checks))
+
+
+def test_once_the_study_is_complete_a_pilot_is_judged_as_it_stands():
+    judged = _judged([("A", "pilot (2 trunks)", 0.2), ("B", "no data", float("nan")),
+                      ("C", "measured", 0.1), ("D", "pilot (2 trunks)", 0.04),
+                      ("E", "held", 0.3)])
+    checks = {"A": {"verdict": "held", "larger_than": "C"}, "B": {"verdict": "held"},
+              "C": {"range": [0, 0.05]}, "D": {"range": [0.01, 0.05], "larger_than": "C"},
+              "E": {"larger_than": "B"}}
+    got = list(judge_expectations(judged, checks, study_complete=True))
+    # A: expected held, ends a pilot (a miss) though 0.2 > 0.1; B: nothing measured; C: 0.1 is
+    # outside [0, 0.05]; D: 0.04 in its range but not above C's 0.1; E: its reference is empty
+    assert got == ["not as expected: pilot (2 trunks) at the study's end, expected held",
+                   "not as expected: no data at the study's end (B)",
+                   "not as expected: mean 0.1 outside [0, 0.05]",
+                   "not as expected: mean 0.04 not above C's 0.1",
+                   "not as expected: no data at the study's end (B)"]
+    # the same rows before the study is complete: every row touching a pilot or no data waits
+    assert list(judge_expectations(judged, checks)) == [
+        "pending: pilot (2 trunks)", "pending: no data", "not as expected: mean 0.1 outside [0, 0.05]",
+        "pending: pilot (2 trunks)", "pending: B is no data"]
