@@ -268,8 +268,9 @@ def test_a_study_part_becomes_microscope_commands_with_its_settings(tmp_path):
     settings, trunk = parse_microscope(fifth[1])
     assert settings.arms == ["ppo", "bapo"] and settings.horizon_arms == [] and settings.last == 16
     assert "train.staleness_mode=fixed_update" in trunk and "seed=1" in trunk
-    assert settings.dir == str(tmp_path / "smol_4x" / "ppo" / "eval.every=6,train.staleness_mode="
-                               "fixed_update,train.steps=18" / "seed1")
+    assert "train.micro_batch_size=8" in trunk  # memory alone (sweeps.yaml, pilot P4)
+    assert settings.dir == str(tmp_path / "smol_4x" / "ppo" / "eval.every=6,train.micro_batch_size=8,"
+                               "train.staleness_mode=fixed_update,train.steps=18" / "seed1")
 
 
 
