@@ -63,14 +63,21 @@ class Recording(Microscope):
         return out
 
 
-@pytest.fixture(scope="module")
-def study(tmp_path_factory, smoke_overrides):
+# One pass per update, and the shape of study part 5 (fixed_update: every update holds a whole
+# rollout's 16 responses) in passes of 4, where the methods decide over the whole mini-batch
+# and gradients accumulate across the passes.
+PASSES = {"one pass": [], "passes of 4": ["train.staleness_mode=fixed_update",
+                                          "train.micro_batch_size=4"]}
+
+
+@pytest.fixture(scope="module", params=list(PASSES))
+def study(request, tmp_path_factory, smoke_overrides):
     """A microscope study on the smoke testbed (3 rollouts x 2 updates, every state branched)
     and the same run by `python -m src.run`'s `execute`."""
     from src.microscope.study import prepare, study_label, write_settings
 
     root = tmp_path_factory.mktemp("microscope")
-    overrides = [*smoke_overrides, "method=ppo", "logger.token_fraction=1.0"]
+    overrides = [*smoke_overrides, "method=ppo", "logger.token_fraction=1.0", *PASSES[request.param]]
     plain = root / "plain"
     assert execute(compose(overrides), plain) == "finished"
     s = prepare([*overrides, f"microscope.arms=[{','.join(repr(a) for a in ARMS)}]",
