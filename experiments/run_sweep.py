@@ -60,7 +60,7 @@ from src.pinning import pin_process  # noqa: E402
 pin_process()  # before torch loads, here and (inherited) in every run this sweep starts
 
 from src.config_fields import config_exit  # noqa: E402 - exit 2 and one line, as src/run.py
-from src.run_dir import register_resolver  # noqa: E402
+from src.run_dir import override_value, register_resolver  # noqa: E402
 
 register_resolver()  # ${run_tag:...} in the sweep subdir, in every process that unpickles a job
 
@@ -109,11 +109,7 @@ def sweep_grids(name: str, sweeps: dict[str, Any] | None = None) -> list[dict[st
 
 def grid_overrides(grid: dict[str, list]) -> list[str]:
     """`key=v1,v2` per key, in the grid's order (Hydra runs the first key outermost)."""
-    return [f"{key}={','.join(map(_value, values))}" for key, values in grid.items()]
-
-
-def _value(v: Any) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)  # YAML true -> Hydra's true
+    return [f"{key}={','.join(map(override_value, values))}" for key, values in grid.items()]
 
 
 def sweep_commands(name: str, extra: list[str],

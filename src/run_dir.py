@@ -33,6 +33,11 @@ _SAFE_TAG = re.compile(r"[A-Za-z0-9._,=+-]+")
 _ABSENT = "<absent>"
 
 
+def override_value(value: Any) -> str:
+    """A scalar as a Hydra override writes it: YAML's `True` is Hydra's `true`."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def run_tag(override_dirname: str) -> str:
     """'' for no overrides, else '<tag>/': the overrides as written, or 'overrides-<hash>'."""
     if not override_dirname:

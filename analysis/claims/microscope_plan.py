@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import itertools
 
-
-def override_value(value) -> str:
-    """A grid value as a Hydra override writes it (`true`, not `True`)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
+from src.run_dir import override_value
 
 
 def planned_trunks(parts: list[dict[str, list]]) -> list[frozenset[str]]:
@@ -35,12 +32,12 @@ def missing_trunks(parts: list[dict[str, list]], meta: list[dict]) -> list[str]:
     return [" ".join(sorted(trunk)) for trunk in planned_trunks(parts) if trunk not in present]
 
 
-def completeness_line(parts: list[dict[str, list]] | None, meta: list[dict]) -> str:
-    """One sentence for the report: how many planned trunks are in, and what that means."""
+def completeness_line(parts: list[dict[str, list]] | None, missing: list[str]) -> str:
+    """One sentence for the report: how many planned trunks are in (`missing`: those of
+    `missing_trunks`), and what that means."""
     if not parts:
         return ("The study's design (its `parts`) was not given, so no row's pilot status is "
                 "taken as final.")
-    missing = missing_trunks(parts, meta)
     planned = len(planned_trunks(parts))
     if not missing:
         return (f"All {planned} trunks the design plans are in: the study is complete, so a row "

@@ -219,8 +219,9 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
     studies = find_studies(roots)
     tables, meta = load_tables(studies)
     judged = judge(parsed, tables)
-    complete = bool(parts) and not missing_trunks(parts, meta)
-    judged["expectation"] = judge_expectations(judged, checks, study_complete=complete)
+    missing = missing_trunks(parts, meta) if parts else []
+    judged["expectation"] = judge_expectations(judged, checks,
+                                               study_complete=bool(parts) and not missing)
     branches, horizons = tables["branches"], tables["horizons"]
     out.mkdir(parents=True, exist_ok=True)
     figures = []
@@ -236,7 +237,7 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
     if not horizons.empty:
         figures.append(draw_horizon_accuracy(horizons, out, formats, dpi))
     lines = _header(meta, branches, horizons) + ["## Claims", ""] + claims_table(judged)
-    lines += ["", EXPECT_NOTE, "", completeness_line(parts, meta)]
+    lines += ["", EXPECT_NOTE, "", completeness_line(parts, missing)]
     if unchecked_clauses(checks):
         lines += ["", "Clauses of the expectations that no check transcribes (judged in words):", "",
                   *unchecked_clauses(checks)]

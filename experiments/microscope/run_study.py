@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from src.config_fields import ConfigError, config_exit  # noqa: E402
+from src.run_dir import override_value  # noqa: E402
 from src.run_files import has_metrics, metrics_bytes  # noqa: E402
 
 # checkpoint.every changes no number: a trunk stopped with its session loses at most 2 rollouts
@@ -40,7 +41,7 @@ STUDY_FILES = ("microscope.yaml", "probes.pt", "branches.parquet", "horizons.par
 def _value(v) -> str:
     if isinstance(v, list):
         return "[" + ",".join(f"'{x}'" if isinstance(x, str) else str(x) for x in v) + "]"
-    return str(v).lower() if isinstance(v, bool) else str(v)
+    return override_value(v)
 
 
 def study_jobs(name: str, parts: list[int] | None, root: Path) -> list[list[str]]:
