@@ -40,7 +40,7 @@ STUDY_FILES = ("microscope.yaml", "probes.pt", "branches.parquet", "horizons.par
 
 def _value(v) -> str:
     if isinstance(v, list):
-        return "[" + ",".join(f"'{x}'" if isinstance(x, str) else str(x) for x in v) + "]"
+        return "[" + ",".join(f"'{x}'" if isinstance(x, str) else override_value(x) for x in v) + "]"
     return override_value(v)
 
 
