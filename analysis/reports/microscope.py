@@ -262,10 +262,14 @@ def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png
 
 def _header(meta: list[dict], branches: pd.DataFrame, horizons: pd.DataFrame) -> list[str]:
     commits = sorted({str(m.get("commit"))[:7] for m in meta})
+    resumed = sorted({str(c)[:7] for m in meta for c in m.get("resumed_at") or []})
+    carried = (f" (carried on at {', '.join(resumed)}, which changes only how a resume reuses "
+               "recorded rows: docs/microscope.md)" if resumed else "")
     trunks = sorted({(m["trunk_overrides"] and " ".join(m["trunk_overrides"])) for m in meta})
     n_states = 0 if branches.empty else branches.groupby(["seed", "rollout", "update"]).ngroups
     return ["# The update microscope", "",
-            f"{len(meta)} stud{'y' if len(meta) == 1 else 'ies'} from commit(s) {', '.join(commits)}; "
+            f"{len(meta)} stud{'y' if len(meta) == 1 else 'ies'} from commit(s) {', '.join(commits)}"
+            f"{carried}; "
             f"{n_states} branched states, "
             f"{0 if horizons.empty else len(horizons)} short-horizon rows. Trunks:", "",
             *[f"- `{t}`" for t in trunks], "",
