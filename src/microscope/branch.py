@@ -68,6 +68,7 @@ class Microscope:
         if not self.chosen(step, update):
             return
         trainer = self.parts.trainer
+        snapshot = Snapshot(trainer.model, trainer.optimizer, trainer.scheduler)
         temperature = self.parts.cfg.rollout.temperature
         t0 = time.perf_counter()
         before = read(trainer.model, self.probes, temperature)
@@ -75,11 +76,11 @@ class Microscope:
         classes = token_classes(mb)
         if (recorded := self.table.recorded_at(step, update)) is not None:
             check_recorded_state(recorded[0], before, classes, self.table.path)
+            snapshot.restore()  # as after the arms: the trunk goes on from the same state
             self.table.confirm(step, update)
             print(f"[microscope] rollout {step} update {update}: the recorded state, read "
                   "equal; its rows kept", flush=True)
             return
-        snapshot = Snapshot(trainer.model, trainer.optimizer, trainer.scheduler)
         rows = []
         subset_state = step % self.settings.subset_every == 0
         for arm in self.arms:
