@@ -38,7 +38,7 @@ class Microscope:
     # -- attaching to the trunk ---------------------------------------------------------
     def attach(self, parts, state) -> None:
         """The run's `observe` hook: probes (drawn at step 0, read back on a resume), the table
-        (rows of rollouts the resumed trunk will run again are dropped), the hook."""
+        (the rows of states a resumed trunk runs again are a record it checks), the hook."""
         self.parts = parts
         path = self.study_dir / PROBES_FILE
         if path.exists():
@@ -77,6 +77,13 @@ class Microscope:
         before = read(trainer.model, self.probes, temperature)
         clock = {"time_read_before_s": time.perf_counter() - t0}
         classes = token_classes(mb)
+        if (recorded := self.table.recorded_at(step, update)) is not None:
+            check_recorded_state(recorded[0], before, classes, self.table.path)
+            snapshot.restore()  # as after the arms: the trunk goes on from the same state
+            self.table.confirm(step, update)
+            print(f"[microscope] rollout {step} update {update}: the recorded state, read "
+                  "equal; its rows kept", flush=True)
+            return
         rows = []
         subset_state = step % self.settings.subset_every == 0
         for arm in self.arms:
@@ -125,6 +132,22 @@ class Microscope:
                "bapo_reached": record.get("bapo_reached")}
         row.update(_class_clip_fractions(out, classes))
         return row
+
+
+def check_recorded_state(row: dict, before: Reading, classes, table_path: Path) -> None:
+    """The state the trunk reached equals the one a recorded row was made at: the same probe
+    reading (the weights) and the same token classes (the mini-batch), bit for bit."""
+    seen = {"entropy_before": before.entropy, "logp_correct_before": before.logp_correct,
+            **{f"n_{name}": int(classes[name].sum()) for name in CLASSES}}
+    differs = {key: (row[key], value) for key, value in seen.items() if row[key] != value}
+    if differs:
+        shown = "; ".join(f"{key} recorded {old!r}, now {new!r}" for key, (old, new) in differs.items())
+        raise RuntimeError(
+            f"rollout {row['rollout']} update {row['update']}: the trunk ran again to another "
+            f"state than the one {table_path} recorded ({shown}). Another CPU family or another "
+            "commit gives other last bits (docs/numerics.md); the recorded rows are kept "
+            "untouched. Resume on the machine family and commit that made them, or move the "
+            "table aside to make every row again on this one")
 
 
 def _class_clip_fractions(out, classes) -> dict:

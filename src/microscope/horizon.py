@@ -57,7 +57,7 @@ class Horizons:
             logger=dataclasses.replace(cfg.logger, progress=False))
         self.evaluate = build_evaluator(eval_cfg, parts.model, parts.tokenizer, parts.task,
                                         parts.format_prompt, backend=parts.backend)
-        self.table = BranchTable(self.path, resume_at=state.step)
+        self.table = BranchTable(self.path, resume_at=state.step, record=False)
         parts.trainer.before_step = self.branch
 
     def branch(self, state) -> None:

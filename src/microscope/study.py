@@ -128,17 +128,24 @@ def check_study_dir(study: Study) -> None:
 
 
 def write_settings(study: Study) -> None:
+    """The settings, the trunk's overrides and the commit, on the first start; a resume from
+    another commit (a study carried on, docs/microscope.md) adds that commit to `resumed_at`."""
     from src.run_vocab import git_commit
 
     study.dir.mkdir(parents=True, exist_ok=True)
     path = study.dir / SETTINGS_FILE
     if not path.exists():
-        text = yaml.safe_dump({"settings": study.settings.to_container(),
-                               "trunk_overrides": list(study.trunk_args),
-                               "commit": git_commit()}, sort_keys=False)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        stored = {"settings": study.settings.to_container(),
+                  "trunk_overrides": list(study.trunk_args), "commit": git_commit()}
+    else:
+        stored = yaml.safe_load(path.read_text()) or {}
+        commit = git_commit()
+        if commit in (stored.get("commit"), *stored.get("resumed_at", [])):
+            return
+        stored["resumed_at"] = [*stored.get("resumed_at", []), commit]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump(stored, sort_keys=False))
+    tmp.replace(path)
 
 
 __all__ = ["Study", "default_study_dir", "parse_microscope", "prepare", "study_label",
