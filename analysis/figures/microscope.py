@@ -26,8 +26,9 @@ def own_effects(branches: pd.DataFrame, metric: str, ref: str = "zero") -> pd.Da
     bootstrap interval; `ref` zero reads each rule's own effect (the optimizer's drift out)."""
     keys = KEYS["branches"]
     wide = branches.pivot_table(index=keys, columns="arm", values=metric, aggfunc="first")
-    if ref not in wide:
-        return pd.DataFrame(columns=["arm", "mean", "low", "high", "states", "trunks"])
+    columns = ["arm", "mean", "low", "high", "states", "trunks"]
+    if ref not in wide or len(wide.columns) < 2:  # no rule beside the reference: no effect
+        return pd.DataFrame(columns=columns)
     rows = []
     for arm in wide.columns:
         if arm == ref:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analysis.claims.microscope import judge, parse_claims
+from analysis.claims.microscope import KEYS, judge, parse_claims
 from analysis.claims.microscope_expect import judge_expectations, unchecked_clauses
 from analysis.claims.microscope_plan import completeness_line, missing_trunks
 from analysis.figures.microscope import (
@@ -27,6 +27,7 @@ from analysis.figures.microscope import (
 )
 from analysis.figures.microscope_splits import SPLITS, class_effects_by, draw_insight2_splits
 from analysis.reports.markdown import fmt_effect, fmt_interval
+from analysis.reports.microscope_arms import arm_summary, bounds_distribution, search_outcomes
 from analysis.reports.microscope_bounds import bounds_section
 from analysis.reports.microscope_holdout import holdout_table
 from analysis.reports.microscope_trunk import with_trunk_entropies
@@ -159,59 +160,6 @@ def _split_cell(effects: pd.DataFrame, arm: str, group: str) -> str:
     return f"{fmt_interval(e['mean'], e['low'], e['high'])}, {int(e['states'])} states"
 
 
-def arm_summary(branches: pd.DataFrame) -> list[str]:
-    """Per arm, means over its states: the readings, the mini-batch's numbers and the norm clip."""
-    cols = ["d_entropy", "d_logp_correct", "kl", "positive_share", "clip_fraction",
-            "clip_frac_low_pos", "grad_norm"]
-    g = branches.groupby("arm")
-    table = g[cols].mean().join(g["grad_clipped"].mean().rename("norm_clipped")).join(
-        g.size().rename("states"))
-    lines = ["| arm | states | d_entropy | d_logp_correct | KL | positive share | clip fraction "
-             "| clip frac, low-p A>0 | grad norm | norm clip bound |", "|---" * 10 + "|"]
-    for arm, r in table.iterrows():
-        lines.append(f"| {arm} | {int(r['states'])} | " + " | ".join(
-            fmt_effect(r[c]) for c in [*cols, "norm_clipped"]) + " |")
-    return lines
-
-
-def bounds_distribution(branches: pd.DataFrame) -> list[str]:
-    """Where each adaptive rule left its bounds (an arm whose bounds differ between states), as
-    shares of the arm's states: not a mean, since such bounds pile up at the grid's limits."""
-    lines = []
-    for arm, mine in branches.dropna(subset=["c_low", "c_high"]).groupby("arm"):
-        counts = mine.groupby(["c_low", "c_high"]).size().sort_values(ascending=False)
-        if len(counts) < 2:
-            continue  # fixed bounds
-        lines += ["", f"| {arm}: (c_low, c_high) | share of its {len(mine)} states |", "|---|---|"]
-        lines += [f"| ({lo:g}, {hi:g}) | {n / len(mine):.3f} |"
-                  for (lo, hi), n in counts.head(8).items()]
-    return lines or ["No arm moved its bounds between states."]
-
-
-def search_outcomes(branches: pd.DataFrame) -> list[str]:
-    """How each searching rule's search ended, as shares of its states: with no gradient at
-    all (every advantage 0), at or above rho0 before any move, reached by moving, or not
-    reached at the grid's end, and of those how many had no positive token to weigh (rho 0),
-    which no bounds can fix. `bapo_reached` alone mixes the first move-free case with a
-    reach."""
-    rows = []
-    searched = branches.dropna(subset=["bapo_steps"]) if "bapo_steps" in branches else branches[:0]
-    for arm, mine in searched.groupby("arm"):
-        moved, reached = mine["bapo_steps"] > 0, mine["bapo_reached"].astype(bool)
-        if not (moved.any() or reached.any()):
-            continue  # a rule with no search (its columns say 0 and False throughout)
-        idle = mine["rho_before"].isna()
-        short = moved & ~reached
-        shares = [idle, ~idle & ~moved & reached, moved & reached, short,
-                  short & (mine["rho_before"] == 0)]
-        rows.append(f"| {arm} | {len(mine)} | " + " | ".join(f"{s.mean():.3f}" for s in shares) + " |")
-    if not rows:
-        return ["No searching rule among the arms."]
-    return ["| arm | states | no gradient | at or above rho0 at the start | reached by the search "
-            "| not reached at the grid's end | of which no A>0 token (rho 0) |",
-            "|---|---|---|---|---|---|---|", *rows]
-
-
 def write_report(roots: list[Path], claims: list[dict], out: Path, formats=("png",),
                  dpi: int = 150, holdout: list[dict] = (), parts: list[dict] | None = None) -> Path:
     """`parts`: the study's design (its sweeps.yaml `parts`), to know when it is complete."""
@@ -266,7 +214,7 @@ def _header(meta: list[dict], branches: pd.DataFrame, horizons: pd.DataFrame) ->
     carried = (f" (carried on at {', '.join(resumed)}, which changes only how a resume reuses "
                "recorded rows: docs/microscope.md)" if resumed else "")
     trunks = sorted({(m["trunk_overrides"] and " ".join(m["trunk_overrides"])) for m in meta})
-    n_states = 0 if branches.empty else branches.groupby(["seed", "rollout", "update"]).ngroups
+    n_states = 0 if branches.empty else branches.groupby(KEYS["branches"]).ngroups
     return ["# The update microscope", "",
             f"{len(meta)} stud{'y' if len(meta) == 1 else 'ies'} from commit(s) {', '.join(commits)}"
             f"{carried}; "

@@ -24,6 +24,7 @@ from analysis.core.cluster_bootstrap import (
 from analysis.figures.microscope_splits import class_effects_by
 from analysis.microscope_report import main as report_main
 from analysis.reports.microscope import search_outcomes, split_table, write_report
+from analysis.reports.microscope_arms import arm_summary
 from analysis.reports.microscope_trunk import trunk_entropies, with_trunk_entropies
 
 
@@ -161,6 +162,25 @@ def test_search_outcomes_tell_a_reach_from_a_start_above_rho0():
     assert lines[2:] == ["| b | 5 | 0.200 | 0.200 | 0.200 | 0.400 | 0.200 |"]
     assert search_outcomes(fixed) == ["No searching rule among the arms."]
 
+
+def test_two_mini_batch_sizes_get_their_own_rows_and_states(tmp_path):
+    # a study with a part at 32 responses on the same seeds, rollouts and updates as one at 8:
+    # every per-arm section reads each size alone, and the header counts both sizes' states
+    small, large = _branches({"zero": 0.0, "ppo": 0.0}), _branches({"ppo": 0.0}, seeds=2)
+    large["minibatch"], large["d_entropy"], large["grad_clipped"] = 32, -0.5, False
+    lines = arm_summary(pd.concat([small, large]))
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in lines[2:]}
+    assert set(rows) == {"ppo, 8 a mini-batch", "ppo, 32 a mini-batch", "zero, 8 a mini-batch"}
+    # 2 seeds x 4 rollouts x 3 updates at 32; d_entropy -0.5 and norm clip bound 0 by hand
+    assert rows["ppo, 32 a mini-batch"][0] == "24"
+    assert rows["ppo, 32 a mini-batch"][1] == "-0.5000"
+    assert rows["ppo, 32 a mini-batch"][-1] == "+0.0000 |"
+    assert arm_summary(small)[2].startswith("| ppo | 36 |")  # one size: the arm alone
+    for seed, part in pd.concat([small, large]).groupby(["minibatch", "seed"]):
+        _study(tmp_path / "studies" / f"b{seed[0]}", part, seed[1])
+    claim = {**CLAIM, "arm": "ppo", "ref": "zero", "direction": "up"}
+    text = write_report([tmp_path / "studies"], [claim], tmp_path / "out").read_text()
+    assert "5 studies from commit(s) abc1234; 60 branched states" in text
 
 def _study(root, seed_table: pd.DataFrame, seed: int):
     study = root / f"seed{seed}"
