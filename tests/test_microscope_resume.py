@@ -120,8 +120,8 @@ def test_a_carried_study_refuses_a_state_that_differs_and_keeps_its_table(
     carried = tmp_path / "carried"
     _carry(whole_study, carried, last_rollout=3)
     rows = pd.read_parquet(carried / "branches.parquet")
-    first = (rows["rollout"] == rows["rollout"].min()) & (rows["update"] == rows.loc[
-        rows["rollout"] == rows["rollout"].min(), "update"].min())
+    earliest = rows.sort_values(["rollout", "update"]).iloc[0]
+    first = (rows["rollout"] == earliest["rollout"]) & (rows["update"] == earliest["update"])
     rows.loc[first, "entropy_before"] += 1e-9  # one last-bit-sized change of the weights' reading
     rows.to_parquet(carried / "branches.parquet", index=False)
     before = (carried / "branches.parquet").read_bytes()

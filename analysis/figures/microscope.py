@@ -27,7 +27,7 @@ def own_effects(branches: pd.DataFrame, metric: str, ref: str = "zero") -> pd.Da
     keys = KEYS["branches"]
     wide = branches.pivot_table(index=keys, columns="arm", values=metric, aggfunc="first")
     columns = ["arm", "mean", "low", "high", "states", "trunks"]
-    if ref not in wide or len(wide.columns) < 2:  # no rule beside the reference: no effect
+    if ref not in wide:
         return pd.DataFrame(columns=columns)
     rows = []
     for arm in wide.columns:
@@ -37,7 +37,8 @@ def own_effects(branches: pd.DataFrame, metric: str, ref: str = "zero") -> pd.Da
         b = cluster_bootstrap(d, "value")
         rows.append({"arm": arm, "mean": b.mean, "low": b.low, "high": b.high, "states": b.n,
                      "trunks": b.clusters})
-    return pd.DataFrame(rows).sort_values("mean", ignore_index=True)
+    # the columns named, so that no rule beside the reference gives an empty table, not no table
+    return pd.DataFrame(rows, columns=columns).sort_values("mean", ignore_index=True)
 
 
 def _interval_plot(ax, effects: pd.DataFrame, label: str) -> None:
